@@ -1,0 +1,187 @@
+"""CPU compatibility layer: lets the real megatron-core M-FSDP run on a machine without CUDA.
+
+What it is: megatron-core's Megatron-FSDP, its param/grad buffers, the attention memory buffer and
+the RNG tracker call `torch.cuda.*` and allocate on "cuda" unconditionally. This module maps those
+calls onto the CPU so the *unmodified* engine runs over gloo, through the same code path a GPU run
+takes. It is activated only when the run's device is CPU, before megatron is imported, and never on
+a GPU. It changes nothing numerical: every tensor op still runs in torch, on the CPU.
+
+What it covers (see ../shared/FACTS.md):
+- a TorchFunctionMode that rewrites CUDA device arguments ("cuda", "cuda:N", an int index,
+  torch.device("cuda", N)) to CPU, and turns Tensor.cuda / pin_memory / record_stream into no-ops;
+- CPU stand-ins for torch.cuda.current_device, Stream, Event, stream(), current_stream,
+  synchronize, empty_cache, RNG state functions, memory statistics, nvtx and capture queries.
+  torch.cuda.is_available() stays False;
+- CUDA tensor-type strings ('torch.cuda.FloatTensor') reported for CPU tensors, because
+  megatron-core's clip_grads.py and distrib_optimizer.py check types by string.
+"""
+
+import contextlib
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_CPU = torch.device("cpu")
+_active = None
+
+
+def _is_cuda_device(value) -> bool:
+    if isinstance(value, torch.device):
+        return value.type == "cuda"
+    if isinstance(value, str):
+        return value == "cuda" or value.startswith("cuda:")
+    return False
+
+
+def _to_cpu_device(value):
+    return _CPU if _is_cuda_device(value) else value
+
+
+# Factory functions whose positional `device` argument may be a bare int index.
+_NOOP_METHODS = {torch.Tensor.record_stream}
+_IDENTITY_METHODS = {torch.Tensor.cuda, torch.Tensor.pin_memory}
+
+
+class _CudaToCpu(TorchFunctionMode):
+    """Rewrites every CUDA device argument of a torch call to the CPU."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _NOOP_METHODS:
+            return None
+        if func in _IDENTITY_METHODS:
+            return args[0]
+        if func is torch.Tensor.is_pinned:
+            return False
+        if "device" in kwargs:
+            device = kwargs["device"]
+            kwargs["device"] = _CPU if isinstance(device, int) else _to_cpu_device(device)
+        args = tuple(_to_cpu_device(a) for a in args)
+        if func in (torch.Tensor.to,):
+            args = tuple(_CPU if isinstance(a, int) and not isinstance(a, bool) and i == 1 else a
+                         for i, a in enumerate(args))
+        return func(*args, **kwargs)
+
+
+class _Stream:
+    """Stands in for torch.cuda.Stream: the CPU runs one stream, so everything is already ordered."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def wait_stream(self, other):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def record_event(self, event=None):
+        return event or _Event()
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Event:
+    """Stands in for torch.cuda.Event; elapsed_time is not measurable this way on a CPU."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def wait(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+
+class _Nvtx:
+    @staticmethod
+    def range_push(msg):
+        pass
+
+    @staticmethod
+    def range_pop():
+        pass
+
+    @staticmethod
+    @contextlib.contextmanager
+    def range(msg, *args, **kwargs):
+        yield
+
+    @staticmethod
+    def mark(msg):
+        pass
+
+
+_STREAM = _Stream()
+
+_CUDA_STANDINS = {
+    "current_device": lambda: 0,
+    "device_count": lambda: 1,
+    "set_device": lambda device: None,
+    "Stream": _Stream,
+    "Event": _Event,
+    "stream": lambda stream=None: contextlib.nullcontext(),
+    "current_stream": lambda device=None: _STREAM,
+    "default_stream": lambda device=None: _STREAM,
+    "synchronize": lambda device=None: None,
+    "empty_cache": lambda: None,
+    "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+    "set_rng_state": lambda state, device="cuda": torch.set_rng_state(state),
+    "manual_seed": lambda seed: torch.manual_seed(seed),
+    "manual_seed_all": lambda seed: torch.manual_seed(seed),
+    "memory_allocated": lambda device=None: 0,
+    "max_memory_allocated": lambda device=None: 0,
+    "memory_reserved": lambda device=None: 0,
+    "memory_stats": lambda device=None: {},
+    "reset_peak_memory_stats": lambda device=None: None,
+    "is_current_stream_capturing": lambda: False,
+    "nvtx": _Nvtx,
+}
+
+_TENSOR_TYPE_NAMES = {
+    "torch.FloatTensor": "torch.cuda.FloatTensor",
+    "torch.HalfTensor": "torch.cuda.HalfTensor",
+    "torch.BFloat16Tensor": "torch.cuda.BFloat16Tensor",
+}
+
+
+def activate() -> None:
+    """Installs the layer for the rest of this process. Call before importing megatron."""
+    global _active
+    if _active is not None:
+        return
+    if torch.cuda.is_available():
+        raise RuntimeError("cpu_compat must not be activated on a machine with CUDA")
+    for name, standin in _CUDA_STANDINS.items():
+        setattr(torch.cuda, name, standin)
+    # torch.cuda.random is where megatron's RNG tracker looks for default_generators.
+    torch.cuda.default_generators = (torch.default_generator,)
+
+    original_type = torch.Tensor.type
+
+    def tensor_type(self, dtype=None, non_blocking=False, **kwargs):
+        if dtype is None:
+            name = original_type(self)
+            return _TENSOR_TYPE_NAMES.get(name, name)
+        return original_type(self, dtype, non_blocking, **kwargs)
+
+    torch.Tensor.type = tensor_type
+    _active = _CudaToCpu()
+    _active.__enter__()
