@@ -144,8 +144,8 @@ _CUDA_STANDINS = {
     "empty_cache": lambda: None,
     "get_rng_state": lambda device="cuda": torch.get_rng_state(),
     "set_rng_state": lambda state, device="cuda": torch.set_rng_state(state),
-    "manual_seed": lambda seed: torch.manual_seed(seed),
-    "manual_seed_all": lambda seed: torch.manual_seed(seed),
+    "manual_seed": lambda seed: torch.default_generator.manual_seed(seed),
+    "manual_seed_all": lambda seed: None,  # torch.manual_seed calls it after seeding the CPU
     "memory_allocated": lambda device=None: 0,
     "max_memory_allocated": lambda device=None: 0,
     "memory_reserved": lambda device=None: 0,
@@ -171,7 +171,9 @@ def activate() -> None:
         raise RuntimeError("cpu_compat must not be activated on a machine with CUDA")
     for name, standin in _CUDA_STANDINS.items():
         setattr(torch.cuda, name, standin)
-    # torch.cuda.random is where megatron's RNG tracker looks for default_generators.
+    # megatron's RNG tracker also reaches the RNG functions through torch.cuda.random.
+    for name in ("get_rng_state", "set_rng_state", "manual_seed", "manual_seed_all"):
+        setattr(torch.cuda.random, name, _CUDA_STANDINS[name])
     torch.cuda.default_generators = (torch.default_generator,)
 
     original_type = torch.Tensor.type

@@ -1,0 +1,133 @@
+"""Builds megatron-core objects from config sections: the mapping, the model, the optimizer.
+
+The mapping functions (`transformer_config`, `ddp_config`, `optimizer_config`) are plain functions
+from our typed sections to megatron-core's own config objects. Import this module only after
+`cpu_compat.activate()` on a CPU: it imports megatron.
+"""
+
+import torch
+import torch.nn.functional as F
+from megatron.core import parallel_state, tensor_parallel
+from megatron.core.distributed import DistributedDataParallelConfig
+from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+from megatron.core.transformer import TransformerConfig
+
+from launcher.config import (
+    Activation, CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig, Precision, TrainConfig,
+)
+
+_GRAD_COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph: CudaGraphConfig,
+                       train: TrainConfig, on_cpu: bool) -> TransformerConfig:
+    """Our model/parallel/cuda_graph/train sections as megatron-core's TransformerConfig."""
+    swiglu = model.activation == Activation.swiglu
+    bf16 = train.precision == Precision.bf16
+    return TransformerConfig(
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.query_groups,
+        ffn_hidden_size=model.ffn_size,
+        normalization=model.normalization.value,
+        gated_linear_unit=swiglu,
+        activation_func=F.silu if swiglu else F.gelu,
+        tensor_model_parallel_size=parallel.tensor_model_parallel_size,
+        pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
+        context_parallel_size=parallel.context_parallel_size,
+        bf16=bf16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        use_cpu_initialization=on_cpu,
+        cuda_graph_impl=cuda_graph.impl.value,
+        cuda_graph_modules=[m.value for m in cuda_graph.modules],
+        cuda_graph_warmup_steps=cuda_graph.warmup_steps,
+    )
+
+
+def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, on_cpu: bool
+               ) -> DistributedDataParallelConfig:
+    """Our fsdp section as megatron-core's DistributedDataParallelConfig for Megatron-FSDP."""
+    return DistributedDataParallelConfig(
+        use_megatron_fsdp=True,
+        use_distributed_optimizer=True,
+        data_parallel_sharding_strategy=fsdp.sharding_strategy.value,
+        fsdp_all_gather_in_start_param_sync=fsdp.prefetch_first_param_group,
+        overlap_grad_reduce=fsdp.overlap_grad_reduce,
+        overlap_param_gather=fsdp.overlap_param_gather,
+        fsdp_double_buffer=fsdp.double_buffer,
+        megatron_fsdp_grad_comm_dtype=_GRAD_COMM_DTYPES[fsdp.grad_comm_dtype.value],
+        megatron_fsdp_cuda_graph_mode=cuda_graph.enabled,
+        # gloo has no PREMUL_SUM, so the fused divide-in-reduce is a NCCL-only option.
+        gradient_reduce_div_fusion=not on_cpu,
+        check_for_nan_in_grad=False,
+    )
+
+
+def optimizer_config(train: TrainConfig) -> OptimizerConfig:
+    """Our train section as megatron-core's OptimizerConfig (Adam, distributed optimizer)."""
+    bf16 = train.precision == Precision.bf16
+    return OptimizerConfig(
+        optimizer="adam",
+        lr=train.lr,
+        min_lr=train.min_lr,
+        weight_decay=train.weight_decay,
+        clip_grad=train.grad_clip,
+        bf16=bf16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        use_distributed_optimizer=True,
+    )
+
+
+def init_parallel(parallel: ParallelConfig, seed: int) -> None:
+    """Megatron's process groups and its model-parallel RNG tracker."""
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=parallel.tensor_model_parallel_size,
+        pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
+        context_parallel_size=parallel.context_parallel_size,
+    )
+    tensor_parallel.model_parallel_cuda_manual_seed(seed)
+
+
+def build_model(model: ModelConfig, parallel: ParallelConfig, config: TransformerConfig,
+                ddp: DistributedDataParallelConfig, device: torch.device
+                ) -> FullyShardedDataParallel:
+    """The GPT (local layer spec, no Transformer Engine) wrapped in megatron-core's M-FSDP adapter."""
+    gpt = GPTModel(
+        config=config,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=model.padded_vocab_size(parallel.tensor_model_parallel_size),
+        max_sequence_length=model.seq_length,
+    )
+    wrapped = FullyShardedDataParallel(config, ddp, gpt, device=device)
+    config.finalize_model_grads_func = finalize_model_grads
+    config.no_sync_func = wrapped.no_sync
+    return wrapped
+
+
+def build_optimizer(wrapped, train: TrainConfig):
+    """megatron-core's DistributedOptimizer over the M-FSDP model, and its LR scheduler."""
+    optimizer = get_megatron_optimizer(optimizer_config(train), [wrapped])
+    decay_style = train.lr_schedule.value
+    scheduler = OptimizerParamScheduler(
+        optimizer,
+        init_lr=0.0 if train.lr_warmup_steps else train.lr,
+        max_lr=train.lr,
+        min_lr=train.min_lr,
+        lr_warmup_steps=train.lr_warmup_steps,
+        lr_decay_steps=train.steps,
+        lr_decay_style=decay_style,
+        start_wd=train.weight_decay,
+        end_wd=train.weight_decay,
+        wd_incr_steps=train.steps,
+        wd_incr_style="constant",
+    )
+    return optimizer, scheduler

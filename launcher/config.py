@@ -1,0 +1,400 @@
+"""The typed schema: one dataclass per config group, mirrored by conf/<group>/*.yaml.
+
+Hydra composes a writable copy of `Config` (registered in the ConfigStore as the schema of
+conf/config.yaml); `to_config` turns the composed DictConfig into frozen instances, which runs
+every section's `__post_init__` checks. Rules across sections live in `Config.__post_init__`; rules
+that need the world size live in `check_world_size`. Every rule raises `ConfigError` whose message
+names the dotted key, the bad value and the fix. No rule ever rewrites a setting.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import List, Optional
+
+
+class ConfigError(ValueError):
+    """A setting that cannot run; the message is one line: key, value, fix."""
+
+
+class Activation(str, Enum):
+    gelu = "gelu"
+    swiglu = "swiglu"
+
+
+class Normalization(str, Enum):
+    LayerNorm = "LayerNorm"
+    RMSNorm = "RMSNorm"
+
+
+class ShardingStrategy(str, Enum):
+    no_shard = "no_shard"
+    optim = "optim"
+    optim_grads = "optim_grads"
+    optim_grads_params = "optim_grads_params"
+
+
+class GradCommDtype(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+class CudaGraphImpl(str, Enum):
+    none = "none"
+    local = "local"
+    transformer_engine = "transformer_engine"
+    full_iteration = "full_iteration"
+
+
+class CudaGraphModule(str, Enum):
+    attn = "attn"
+    mlp = "mlp"
+    moe = "moe"
+    moe_router = "moe_router"
+    moe_preprocess = "moe_preprocess"
+    mamba = "mamba"
+
+
+class Precision(str, Enum):
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+class LrSchedule(str, Enum):
+    constant = "constant"
+    linear = "linear"
+    cosine = "cosine"
+
+
+class DataKind(str, Enum):
+    mock = "mock"
+
+
+class WandbMode(str, Enum):
+    offline = "offline"
+    online = "online"
+    disabled = "disabled"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+def _positive(key: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{key}={value} must be at least 1; set {key} to a positive integer")
+
+
+@dataclass
+class ModelConfig:
+    """The GPT architecture (megatron-core TransformerConfig + GPTModel)."""
+
+    num_layers: int = 2
+    """Transformer layers."""
+    hidden_size: int = 64
+    """Model width."""
+    num_attention_heads: int = 4
+    """Attention heads."""
+    num_query_groups: Optional[int] = None
+    """Key/value heads for grouped-query attention; null means one per head."""
+    ffn_hidden_size: Optional[int] = None
+    """MLP width; null means 4 x hidden_size."""
+    seq_length: int = 32
+    """Tokens per sample."""
+    vocab_size: int = 128
+    """Vocabulary size (padded up to a multiple of 128 x tensor-parallel size, as Megatron-LM does)."""
+    activation: Activation = Activation.gelu
+    """MLP activation: gelu, or swiglu (gated linear unit with SiLU)."""
+    normalization: Normalization = Normalization.LayerNorm
+    """LayerNorm or RMSNorm."""
+
+    def __post_init__(self):
+        for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size"):
+            _positive(f"model.{key}", getattr(self, key))
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"model.hidden_size={self.hidden_size} is not divisible by "
+                f"model.num_attention_heads={self.num_attention_heads}; "
+                "pick sizes where heads divide hidden_size"
+            )
+        groups = self.num_query_groups
+        if groups is not None and (groups < 1 or self.num_attention_heads % groups):
+            raise ConfigError(
+                f"model.num_query_groups={groups} must divide "
+                f"model.num_attention_heads={self.num_attention_heads}; set a divisor or null"
+            )
+
+    @property
+    def query_groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    def padded_vocab_size(self, tensor_parallel_size: int) -> int:
+        multiple = 128 * tensor_parallel_size
+        return -(-self.vocab_size // multiple) * multiple
+
+
+@dataclass
+class ParallelConfig:
+    """Model-parallel sizes; data-parallel size is derived: world / (tp x pp x cp)."""
+
+    tensor_model_parallel_size: int = 1
+    """Tensor-parallel size."""
+    pipeline_model_parallel_size: int = 1
+    """Pipeline-parallel size."""
+    context_parallel_size: int = 1
+    """Context-parallel size."""
+
+    def __post_init__(self):
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                    "context_parallel_size"):
+            _positive(f"parallel.{key}", getattr(self, key))
+
+    @property
+    def model_parallel_size(self) -> int:
+        return (self.tensor_model_parallel_size * self.pipeline_model_parallel_size
+                * self.context_parallel_size)
+
+
+@dataclass
+class FsdpConfig:
+    """Megatron-FSDP (megatron-core DistributedDataParallelConfig with use_megatron_fsdp=True)."""
+
+    sharding_strategy: ShardingStrategy = ShardingStrategy.optim_grads_params
+    """What is sharded across data-parallel ranks: no_shard | optim | optim_grads | optim_grads_params."""
+    prefetch_first_param_group: bool = True
+    """All-gather the first parameter group in start_param_sync, before the forward loop
+    (megatron-core fsdp_all_gather_in_start_param_sync)."""
+    overlap_grad_reduce: bool = True
+    """Overlap gradient reduce-scatter with backward."""
+    overlap_param_gather: bool = True
+    """Overlap parameter all-gather with forward."""
+    double_buffer: bool = False
+    """Megatron-FSDP double buffering of gathered parameters (fsdp_double_buffer)."""
+    grad_comm_dtype: GradCommDtype = GradCommDtype.fp32
+    """Dtype of gradient communication (megatron_fsdp_grad_comm_dtype)."""
+
+    def __post_init__(self):
+        strategy = ShardingStrategy(self.sharding_strategy)
+        # Megatron-FSDP forces these on for the sharded strategies; refuse instead of rewriting.
+        if strategy == ShardingStrategy.optim_grads_params and not self.overlap_param_gather:
+            raise ConfigError(
+                "fsdp.overlap_param_gather=false is not possible with "
+                "fsdp.sharding_strategy=optim_grads_params (Megatron-FSDP forces it on); "
+                "set fsdp.overlap_param_gather=true"
+            )
+        sharded_grads = (ShardingStrategy.optim_grads, ShardingStrategy.optim_grads_params)
+        if strategy in sharded_grads and not self.overlap_grad_reduce:
+            raise ConfigError(
+                f"fsdp.overlap_grad_reduce=false is not possible with "
+                f"fsdp.sharding_strategy={strategy.value} (Megatron-FSDP forces it on); "
+                "set fsdp.overlap_grad_reduce=true"
+            )
+        if self.prefetch_first_param_group and strategy == ShardingStrategy.no_shard:
+            raise ConfigError(
+                "fsdp.prefetch_first_param_group=true has no effect with "
+                "fsdp.sharding_strategy=no_shard (nothing is gathered); "
+                "set fsdp.prefetch_first_param_group=false"
+            )
+        if self.prefetch_first_param_group and not self.overlap_param_gather:
+            raise ConfigError(
+                "fsdp.prefetch_first_param_group=true has no effect with "
+                "fsdp.overlap_param_gather=false; set fsdp.prefetch_first_param_group=false "
+                "or fsdp.overlap_param_gather=true"
+            )
+
+
+@dataclass
+class CudaGraphConfig:
+    """CUDA graphs (megatron-core TransformerConfig cuda_graph_*)."""
+
+    impl: CudaGraphImpl = CudaGraphImpl.none
+    """none | local | transformer_engine | full_iteration (cuda_graph_impl)."""
+    modules: List[CudaGraphModule] = field(default_factory=list)
+    """Per-layer graph scope (cuda_graph_modules); empty means the whole layer."""
+    warmup_steps: int = 3
+    """Eager steps before capture (cuda_graph_warmup_steps)."""
+
+    def __post_init__(self):
+        impl = CudaGraphImpl(self.impl)
+        if self.warmup_steps < 0:
+            raise ConfigError(
+                f"cuda_graph.warmup_steps={self.warmup_steps} must be >= 0; set 0 or more"
+            )
+        if impl == CudaGraphImpl.full_iteration and self.modules:
+            names = ",".join(CudaGraphModule(m).value for m in self.modules)
+            raise ConfigError(
+                f"cuda_graph.modules=[{names}] must be empty with cuda_graph.impl=full_iteration "
+                "(it captures the whole iteration); set cuda_graph.modules=[]"
+            )
+        if impl in (CudaGraphImpl.local, CudaGraphImpl.transformer_engine):
+            raise ConfigError(
+                f"cuda_graph.impl={impl.value} (per-layer graphs) is not supported with "
+                "Megatron-FSDP in megatron-core yet; set cuda_graph.impl=full_iteration or none"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return CudaGraphImpl(self.impl) != CudaGraphImpl.none
+
+
+@dataclass
+class TrainConfig:
+    """The loop: steps, batch sizes, optimizer, schedule, precision."""
+
+    steps: int = 20
+    """Optimizer steps."""
+    micro_batch_size: int = 2
+    """Samples per microbatch per data-parallel rank."""
+    global_batch_size: int = 8
+    """Samples per optimizer step, all ranks; microbatches = global / (micro x dp)."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    min_lr: float = 0.0
+    """Final learning rate of a decaying schedule."""
+    lr_schedule: LrSchedule = LrSchedule.constant
+    """constant | linear | cosine decay after warmup."""
+    lr_warmup_steps: int = 0
+    """Linear learning-rate warmup steps."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip; 0 turns clipping off."""
+    precision: Precision = Precision.bf16
+    """bf16 | fp32; a CPU run needs fp32."""
+    seed: int = 1234
+    """Seed of model init and data."""
+    warmup_steps: int = 2
+    """Steps excluded from throughput at the start (plus CUDA-graph warmup and capture)."""
+
+    def __post_init__(self):
+        for key in ("steps", "micro_batch_size", "global_batch_size"):
+            _positive(f"train.{key}", getattr(self, key))
+        if self.global_batch_size % self.micro_batch_size:
+            raise ConfigError(
+                f"train.global_batch_size={self.global_batch_size} is not divisible by "
+                f"train.micro_batch_size={self.micro_batch_size}; make it a multiple"
+            )
+        if self.lr <= 0:
+            raise ConfigError(f"train.lr={self.lr} must be positive; set train.lr > 0")
+        if self.grad_clip < 0:
+            raise ConfigError(f"train.grad_clip={self.grad_clip} must be >= 0; use 0 to turn it off")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"train.warmup_steps={self.warmup_steps} must be >= 0")
+
+
+@dataclass
+class DataConfig:
+    """Training data."""
+
+    kind: DataKind = DataKind.mock
+    """mock: seeded synthetic sequences (each sample counts up from a random token by a random
+    stride, so there is something to learn)."""
+    fixed_batch: bool = False
+    """Reuse the first global batch every step (a memorisation check)."""
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases; offline by default, files under the run directory."""
+
+    mode: WandbMode = WandbMode.offline
+    """offline (no key, no network) | online | disabled."""
+    project: str = "mfsdp-launcher"
+    """wandb project."""
+    entity: Optional[str] = None
+    """wandb entity (team); null for the default."""
+    group: Optional[str] = None
+    """wandb group, e.g. a sweep's name."""
+    tags: List[str] = field(default_factory=list)
+    """wandb tags."""
+
+
+@dataclass
+class LoggingConfig:
+    """What is logged and how often."""
+
+    interval: int = 1
+    """Log every N steps."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Weights & Biases settings."""
+
+    def __post_init__(self):
+        _positive("logging.interval", self.interval)
+
+
+@dataclass
+class RuntimeConfig:
+    """Where and how the ranks run."""
+
+    device: Device = Device.auto
+    """auto (cuda when available, else cpu) | cpu | cuda."""
+    nproc_per_node: int = 1
+    """Ranks started on this node (one per GPU)."""
+    nnodes: int = 1
+    """Nodes in the job."""
+    master_port: int = 0
+    """Rendezvous port on this node; 0 picks a free one."""
+
+    def __post_init__(self):
+        _positive("runtime.nproc_per_node", self.nproc_per_node)
+        _positive("runtime.nnodes", self.nnodes)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+
+@dataclass
+class Config:
+    """The root: one field per config group."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    fsdp: FsdpConfig = field(default_factory=FsdpConfig)
+    cuda_graph: CudaGraphConfig = field(default_factory=CudaGraphConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+
+    def __post_init__(self):
+        if self.fsdp.prefetch_first_param_group and (
+            CudaGraphImpl(self.cuda_graph.impl) == CudaGraphImpl.full_iteration
+        ):
+            raise ConfigError(
+                "fsdp.prefetch_first_param_group=true cannot be captured by "
+                "cuda_graph.impl=full_iteration (the all-gather is enqueued outside the graph); "
+                "set fsdp.prefetch_first_param_group=false"
+            )
+        tp = self.parallel.tensor_model_parallel_size
+        if self.model.num_attention_heads % tp:
+            raise ConfigError(
+                f"model.num_attention_heads={self.model.num_attention_heads} is not divisible by "
+                f"parallel.tensor_model_parallel_size={tp}; pick a tensor-parallel size that "
+                "divides the heads"
+            )
+        check_world_size(self, self.runtime.world_size)
+
+
+def check_world_size(cfg: Config, world_size: int) -> int:
+    """Checks the parallel sizes against a world size; returns the data-parallel size."""
+    mp = cfg.parallel.model_parallel_size
+    if world_size % mp:
+        raise ConfigError(
+            f"world size {world_size} (runtime.nproc_per_node x runtime.nnodes) is not divisible "
+            f"by tp x pp x cp = {mp}; change runtime.nproc_per_node or the parallel sizes"
+        )
+    dp = world_size // mp
+    step = cfg.train.micro_batch_size * dp
+    if cfg.train.global_batch_size % step:
+        raise ConfigError(
+            f"train.global_batch_size={cfg.train.global_batch_size} is not divisible by "
+            f"train.micro_batch_size x data-parallel size = {cfg.train.micro_batch_size} x {dp}; "
+            f"set train.global_batch_size to a multiple of {step}"
+        )
+    return dp

@@ -1,0 +1,69 @@
+"""Run outputs: atomic JSON files, the metrics.jsonl stream, and wandb (or nothing)."""
+
+import json
+import os
+import tempfile
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Writes JSON so that readers see the old file or the whole new one (tmp, fsync, rename)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class NullLogger:
+    """The logger of non-zero ranks and of logging.wandb.mode=disabled."""
+
+    def log(self, metrics: dict, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class WandbLogger:
+    """Rank 0's wandb run; every wandb file stays under the run directory."""
+
+    def __init__(self, wandb_cfg, run_dir: str, config: dict, name: str):
+        wandb_dir = os.path.join(run_dir, "wandb")
+        os.makedirs(wandb_dir, exist_ok=True)
+        # wandb reads these at init; without them it also writes under the home directory.
+        for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+            os.environ[var] = wandb_dir
+        import wandb
+
+        self._run = wandb.init(
+            mode=wandb_cfg.mode.value, project=wandb_cfg.project, entity=wandb_cfg.entity,
+            group=wandb_cfg.group, tags=list(wandb_cfg.tags), config=config, name=name,
+            dir=wandb_dir,
+        )
+
+    def log(self, metrics: dict, step: int) -> None:
+        self._run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class MetricsFile:
+    """metrics.jsonl: one JSON object per logged step, flushed as it is written."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "a")
+
+    def write(self, record: dict) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

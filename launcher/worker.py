@@ -1,0 +1,183 @@
+"""One rank of a run, in a fresh process: init, build, train, and (rank 0) write the outputs."""
+
+import dataclasses
+import os
+import resource
+
+import torch
+
+from launcher import cpu_compat, metrics
+from launcher.config import Config, Precision, WandbMode
+from launcher.outputs import MetricsFile, NullLogger, WandbLogger, write_json_atomic
+
+
+def excluded_steps(cfg: Config) -> int:
+    """Steps left out of throughput: train.warmup_steps, plus CUDA-graph warmup and capture."""
+    graph = cfg.cuda_graph.warmup_steps + 1 if cfg.cuda_graph.enabled else 0
+    return cfg.train.warmup_steps + graph
+
+
+def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> dict:
+    """The function every rank runs; returns rank 0's summary (other ranks: {})."""
+    on_cpu = device_type == "cpu"
+    if on_cpu:
+        cpu_compat.activate()  # before megatron is imported
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if not on_cpu:
+        torch.cuda.set_device(local_rank)
+    torch.distributed.init_process_group("gloo" if on_cpu else "nccl")
+    try:
+        return _train(cfg, resolved, run_dir, rank, world_size, on_cpu)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
+    from megatron.core import __version__ as mcore_version, parallel_state
+    from launcher import build, loop
+    from launcher.data import microbatches
+    from launcher.probe import PrefetchCounter
+
+    build.init_parallel(cfg.parallel, cfg.train.seed)
+    device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+    tconfig = build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, on_cpu)
+    if on_cpu and cfg.cuda_graph.enabled:
+        # Graph settings were built and validated above; a CPU cannot capture, so run eagerly.
+        tconfig.cuda_graph_impl = "none"
+    model = build.build_model(cfg.model, cfg.parallel, tconfig,
+                              build.ddp_config(cfg.fsdp, cfg.cuda_graph, on_cpu), device)
+    counter = PrefetchCounter(model)
+    optimizer, scheduler = build.build_optimizer(model, cfg.train)
+    tconfig.grad_scale_func = optimizer.scale_loss
+
+    dp_size = parallel_state.get_data_parallel_world_size()
+    num_microbatches = cfg.train.global_batch_size // (cfg.train.micro_batch_size * dp_size)
+    data = microbatches(cfg.train.seed, cfg.model.seq_length, cfg.model.vocab_size,
+                        cfg.train.micro_batch_size, cfg.train.global_batch_size,
+                        parallel_state.get_data_parallel_rank(), dp_size, cfg.data.fixed_batch,
+                        device)
+    captured = cfg.cuda_graph.enabled and not on_cpu
+    forward_backward = None
+    if captured:
+        from megatron.core.full_cuda_graph import FullCudaGraphWrapper
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+        forward_backward = FullCudaGraphWrapper(get_forward_backward_func(),
+                                                cuda_graph_warmup_steps=cfg.cuda_graph.warmup_steps)
+
+    writer = _Recorder(cfg, resolved, run_dir, rank, world_size, on_cpu)
+    if rank == 0:
+        name = torch.cuda.get_device_name() if not on_cpu else "cpu"
+        print(f"[launch] {name} x{world_size}, {type(model).__name__} "
+              f"({cfg.fsdp.sharding_strategy.value}), "
+              f"prefetch_first_param_group={cfg.fsdp.prefetch_first_param_group}, "
+              f"cuda_graph.impl={cfg.cuda_graph.impl.value}"
+              + (" (not captured: CPU runs eagerly)" if cfg.cuda_graph.enabled and on_cpu else ""),
+              flush=True)
+    try:
+        loop.train(model, optimizer, scheduler, data, cfg.train.steps, num_microbatches,
+                   cfg.model.seq_length, cfg.train.micro_batch_size, writer.on_step,
+                   forward_backward)
+    finally:
+        writer.close()
+    return writer.summary(counter.count, captured, type(model).__name__, mcore_version,
+                          local_shard_numel(model)) if rank == 0 else {}
+
+
+def local_shard_numel(model) -> int:
+    """Elements of the model weights this rank holds (its M-FSDP shard)."""
+    buffer = model.param_and_grad_buffer
+    total = 0
+    for group in buffer.parameter_groups:
+        if group.model_weight_buffer is not None:
+            total += group.model_weight_buffer.data.numel()
+    return total
+
+
+class _Recorder:
+    """Per-step metrics: printed and written to metrics.jsonl and wandb on rank 0."""
+
+    def __init__(self, cfg, resolved, run_dir, rank, world_size, on_cpu):
+        self.cfg, self.resolved, self.run_dir = cfg, resolved, run_dir
+        self.rank, self.world_size, self.on_cpu = rank, world_size, on_cpu
+        model = cfg.model
+        self.tokens_per_step = cfg.train.global_batch_size * model.seq_length
+        self.flops = metrics.flops_per_step(
+            cfg.train.global_batch_size, model.seq_length, model.hidden_size, model.num_layers,
+            model.ffn_size, model.num_attention_heads, model.query_groups,
+            model.hidden_size // model.num_attention_heads,
+            model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size),
+            model.activation.value == "swiglu")
+        self.device_name = None if on_cpu else torch.cuda.get_device_name()
+        precision = cfg.train.precision.value
+        self.peak = metrics.peak_flops(self.device_name, precision)
+        self.steps = []
+        self.jsonl = self.logger = None
+        if rank == 0:
+            self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"))
+            disabled = cfg.logging.wandb.mode == WandbMode.disabled
+            self.logger = NullLogger() if disabled else WandbLogger(
+                cfg.logging.wandb, run_dir, resolved, os.path.basename(run_dir))
+
+    def on_step(self, step, loss, grad_norm, seconds):
+        self.steps.append({"step": step, "loss": loss, "step_time_s": seconds})
+        if self.rank != 0 or step % self.cfg.logging.interval:
+            return
+        tps = metrics.tokens_per_s_per_gpu(self.tokens_per_step, seconds, self.world_size)
+        tflops = metrics.tflops_per_gpu(self.flops, seconds, self.world_size)
+        mfu = metrics.mfu(tflops * 1e12, self.peak)
+        record = {"step": step, "loss": loss, "grad_norm": _float(grad_norm),
+                  "step_time_s": seconds, "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops,
+                  "mfu": mfu}
+        self.jsonl.write(record)
+        self.logger.log({"train/loss": loss, "train/grad_norm": record["grad_norm"],
+                         "perf/step_time_s": seconds, "perf/tokens_per_s_per_gpu": tps,
+                         "perf/tflops_per_gpu": tflops, "perf/mfu": mfu}, step=step)
+        print(f"step {step:>4}/{self.cfg.train.steps}  loss {loss:.4f}  "
+              f"step {seconds * 1e3:7.1f} ms  {tps:9.0f} tokens/s/GPU", flush=True)
+
+    def close(self):
+        if self.jsonl:
+            self.jsonl.close()
+
+    def summary(self, prefetches, captured, wrapper, mcore_version, shard_numel):
+        skip = excluded_steps(self.cfg)
+        steady = [s for s in self.steps if s["step"] > skip]
+        times = [s["step_time_s"] for s in steady]
+        stats = metrics.step_time_stats(times)
+        mean_t = stats["mean"]
+        tflops = metrics.tflops_per_gpu(self.flops, mean_t, self.world_size)
+        result = {
+            "tokens_per_s_per_gpu": metrics.tokens_per_s_per_gpu(self.tokens_per_step, mean_t,
+                                                                 self.world_size),
+            "tflops_per_gpu": tflops,
+            "mfu": metrics.mfu(tflops * 1e12, self.peak),
+            "step_time_s_p50": stats["p50"],
+            "step_time_s_p90": stats["p90"],
+            "peak_memory_bytes": peak_memory_bytes(self.on_cpu),
+            "final_loss": self.steps[-1]["loss"],
+            "first_group_prefetches": prefetches,
+            "cuda_graph_captured": captured,
+        }
+        if self.logger:
+            self.logger.log({f"summary/{k}": v for k, v in result.items() if v is not None},
+                            step=self.steps[-1]["step"])
+            self.logger.close()
+        return {
+            "status": "ok", "backend": "gloo" if self.on_cpu else "nccl",
+            "world_size": self.world_size, "device": self.device_name or "cpu",
+            "megatron_core_version": mcore_version, "wrapper": wrapper,
+            "config": self.resolved, "steady_state_steps": [s["step"] for s in steady],
+            "rank0_weight_shard_numel": shard_numel, "metrics": result,
+        }
+
+
+def peak_memory_bytes(on_cpu: bool) -> int:
+    """CUDA allocator peak on GPU; the process's max RSS on CPU (Linux reports KiB)."""
+    if on_cpu:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return torch.cuda.max_memory_allocated()
+
+
+def _float(value):
+    return None if value is None else float(value)
