@@ -1,0 +1,56 @@
+"""Starts a run's ranks in fresh processes with torch's elastic launch API (as torchrun does)."""
+
+import os
+import socket
+import uuid
+
+import torch
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from launcher.config import Config, Device
+from launcher.outputs import write_json_atomic
+from launcher.worker import run_rank
+
+
+def resolve_device(device: Device) -> str:
+    if device == Device.auto:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == Device.cuda and not torch.cuda.is_available():
+        raise SystemExit("error: runtime.device=cuda but no CUDA device is visible; "
+                         "set runtime.device=cpu or auto")
+    return device.value
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cfg: Config, resolved: dict, run_dir: str) -> int:
+    """Runs every rank; writes summary.json (rank 0's, or the failure). Returns the exit code."""
+    if cfg.runtime.nnodes != 1:
+        print("error: runtime.nnodes>1 is not supported yet; set runtime.nnodes=1")
+        return 2
+    device_type = resolve_device(cfg.runtime.device)
+    port = cfg.runtime.master_port or free_port()
+    launch_config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=cfg.runtime.nproc_per_node,
+        run_id=uuid.uuid4().hex, rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{port}",
+        max_restarts=0, monitor_interval=0.5, start_method="spawn",
+    )
+    summary_path = os.path.join(run_dir, "summary.json")
+    try:
+        results = elastic_launch(launch_config, run_rank)(cfg, resolved, run_dir, device_type)
+    except ChildFailedError as err:
+        rank, failure = next(iter(err.failures.items()))
+        write_json_atomic(summary_path, {"status": "error", "failed_rank": rank,
+                                         "message": failure.message, "config": resolved})
+        print(f"error: rank {rank} failed: {failure.message}")
+        return 1
+    write_json_atomic(summary_path, results[0])
+    m = results[0]["metrics"]
+    print(f"[launch] ok: {m['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, "
+          f"first_group_prefetches={m['first_group_prefetches']}, outputs in {run_dir}")
+    return 0
