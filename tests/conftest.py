@@ -1,0 +1,29 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LAUNCH = str(Path(sys.executable).parent / "launch")
+
+
+def run_launch(tmp_path, *overrides, timeout=600):
+    """`launch` as a user runs it, in a fresh process; returns (completed, run_dir)."""
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, WANDB_SILENT="true", HOME=str(tmp_path / "home"))
+    proc = subprocess.run([LAUNCH, *overrides, f"hydra.run.dir={run_dir}"], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+    return proc, run_dir
+
+
+def read_run(run_dir):
+    summary = json.loads((run_dir / "summary.json").read_text())
+    steps = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return summary, steps
+
+
+@pytest.fixture
+def launch(tmp_path):
+    return lambda *overrides: run_launch(tmp_path, *overrides)

@@ -1,0 +1,75 @@
+"""Schema and every validation rule, through Hydra's real compose and OmegaConf.to_object."""
+
+import pytest
+from hydra import compose, initialize_config_module
+from hydra.errors import ConfigCompositionException
+
+from launcher.cli import register_configs, to_config
+from launcher.config import ConfigError
+
+register_configs()
+
+
+def make(*overrides):
+    with initialize_config_module(config_module="launcher.conf", version_base=None):
+        return to_config(compose(config_name="config", overrides=list(overrides)))
+
+
+@pytest.mark.parametrize("recipe", ["gpt", "tiny_cpu"])
+def test_every_recipe_composes_and_validates(recipe):
+    cfg = make(f"+recipe={recipe}")
+    assert cfg.train.steps > 0
+
+
+def test_gpt_recipe_is_gpt2_small_bf16():
+    cfg = make("+recipe=gpt")
+    assert (cfg.model.num_layers, cfg.model.hidden_size) == (12, 768)
+    assert cfg.train.precision.value == "bf16"
+
+
+@pytest.mark.parametrize("override", ["model.hidden_sise=64", "model.num_layers=two",
+                                      "fsdp.sharding_strategy=zero3", "cuda_graph.impl=sometimes"])
+def test_compose_rejects_bad_keys_types_and_enums(override):
+    with pytest.raises(ConfigCompositionException):
+        make(override)
+
+
+RULES = [
+    (["fsdp.prefetch_first_param_group=true", "cuda_graph=full_iteration"],
+     r"fsdp.prefetch_first_param_group=true cannot be captured by cuda_graph.impl=full_iteration.*"
+     r"set fsdp.prefetch_first_param_group=false"),
+    (["fsdp.prefetch_first_param_group=false", "cuda_graph=full_iteration",
+      "cuda_graph.modules=[attn]"],
+     r"cuda_graph.modules=\[attn\] must be empty with cuda_graph.impl=full_iteration"),
+    (["train.global_batch_size=8", "train.micro_batch_size=2", "runtime.nproc_per_node=3"],
+     r"train.global_batch_size=8 is not divisible by train.micro_batch_size x data-parallel "
+     r"size = 2 x 3"),
+    (["model.num_attention_heads=4", "parallel.tensor_model_parallel_size=3"],
+     r"model.num_attention_heads=4 is not divisible by parallel.tensor_model_parallel_size=3"),
+    (["runtime.nproc_per_node=3", "parallel.pipeline_model_parallel_size=2"],
+     r"world size 3 .* is not divisible by tp x pp x cp = 2"),
+    (["train.global_batch_size=7"], r"train.global_batch_size=7 is not divisible by "
+                                    r"train.micro_batch_size=2"),
+    (["fsdp.overlap_param_gather=false", "fsdp.prefetch_first_param_group=false"],
+     r"fsdp.overlap_param_gather=false is not possible with fsdp.sharding_strategy="
+     r"optim_grads_params"),
+    (["fsdp.sharding_strategy=optim_grads", "fsdp.overlap_grad_reduce=false"],
+     r"fsdp.overlap_grad_reduce=false is not possible with fsdp.sharding_strategy=optim_grads"),
+    (["fsdp.sharding_strategy=no_shard"],
+     r"fsdp.prefetch_first_param_group=true has no effect with fsdp.sharding_strategy=no_shard"),
+    (["cuda_graph.impl=local", "fsdp.prefetch_first_param_group=false"],
+     r"cuda_graph.impl=local \(per-layer graphs\) is not supported with Megatron-FSDP"),
+    (["model.num_query_groups=3"], r"model.num_query_groups=3 must divide"),
+    (["train.steps=0"], r"train.steps=0 must be at least 1"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", RULES, ids=[r[1][:40] for r in RULES])
+def test_rule(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        make(*overrides)
+
+
+def test_valid_cells_of_the_grid_pass():
+    make("fsdp.prefetch_first_param_group=false", "cuda_graph=full_iteration")
+    make("fsdp.prefetch_first_param_group=true", "cuda_graph=none")

@@ -1,0 +1,40 @@
+"""The config mapping onto megatron-core's real config objects."""
+
+import torch
+
+from launcher import cpu_compat
+
+cpu_compat.activate()
+from launcher import build  # noqa: E402  (imports megatron after the CPU layer)
+from launcher.config import (  # noqa: E402
+    CudaGraphConfig, CudaGraphImpl, FsdpConfig, ModelConfig, ParallelConfig, Precision,
+    TrainConfig,
+)
+
+
+def test_prefetch_switch_maps_to_fsdp_all_gather_in_start_param_sync():
+    for value in (True, False):
+        ddp = build.ddp_config(FsdpConfig(prefetch_first_param_group=value), CudaGraphConfig(),
+                               on_cpu=True)
+        assert ddp.fsdp_all_gather_in_start_param_sync is value
+        assert ddp.use_megatron_fsdp and ddp.data_parallel_sharding_strategy == "optim_grads_params"
+
+
+def test_graph_impl_sets_megatron_fsdp_cuda_graph_mode():
+    graph = CudaGraphConfig(impl=CudaGraphImpl.full_iteration, warmup_steps=5)
+    ddp = build.ddp_config(FsdpConfig(prefetch_first_param_group=False), graph, on_cpu=False)
+    assert ddp.megatron_fsdp_cuda_graph_mode is True
+    assert ddp.gradient_reduce_div_fusion is True
+    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), True).megatron_fsdp_cuda_graph_mode \
+        is False
+
+
+def test_transformer_config_carries_model_and_graph_settings():
+    model = ModelConfig(num_layers=3, hidden_size=64, num_attention_heads=8, num_query_groups=2,
+                        activation="swiglu")
+    graph = CudaGraphConfig(impl=CudaGraphImpl.full_iteration, warmup_steps=4)
+    tc = build.transformer_config(model, ParallelConfig(), graph,
+                                  TrainConfig(precision=Precision.fp32), on_cpu=True)
+    assert (tc.num_layers, tc.num_query_groups, tc.ffn_hidden_size) == (3, 2, 256)
+    assert tc.gated_linear_unit and tc.cuda_graph_impl == "full_iteration"
+    assert tc.cuda_graph_warmup_steps == 4 and tc.params_dtype == torch.float32
