@@ -38,14 +38,15 @@ class WandbLogger:
         wandb_dir = os.path.join(run_dir, "wandb")
         os.makedirs(wandb_dir, exist_ok=True)
         # wandb reads these at init; without them it also writes under the home directory.
-        for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        os.environ["WANDB_DIR"] = run_dir  # wandb writes into <WANDB_DIR>/wandb
+        for var in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
             os.environ[var] = wandb_dir
         import wandb
 
         self._run = wandb.init(
             mode=wandb_cfg.mode.value, project=wandb_cfg.project, entity=wandb_cfg.entity,
             group=wandb_cfg.group, tags=list(wandb_cfg.tags), config=config, name=name,
-            dir=wandb_dir,
+            dir=run_dir,
         )
 
     def log(self, metrics: dict, step: int) -> None:
