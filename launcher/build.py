@@ -16,6 +16,7 @@ from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer.module import Float16Module
 
 from launcher.config import (
     Activation, CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig, Precision, TrainConfig,
@@ -107,6 +108,8 @@ def build_model(model: ModelConfig, parallel: ParallelConfig, config: Transforme
         vocab_size=model.padded_vocab_size(parallel.tensor_model_parallel_size),
         max_sequence_length=model.seq_length,
     )
+    if config.bf16:
+        gpt = Float16Module(config, gpt)  # bf16 weights, fp32 logits, as Megatron-LM's get_model
     wrapped = FullyShardedDataParallel(config, ddp, gpt, device=device)
     config.finalize_model_grads_func = finalize_model_grads
     config.no_sync_func = wrapped.no_sync

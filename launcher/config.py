@@ -285,6 +285,11 @@ class TrainConfig:
             raise ConfigError(f"train.grad_clip={self.grad_clip} must be >= 0; use 0 to turn it off")
         if self.warmup_steps < 0:
             raise ConfigError(f"train.warmup_steps={self.warmup_steps} must be >= 0")
+        if self.lr_warmup_steps and self.lr_warmup_steps >= self.steps:
+            raise ConfigError(
+                f"train.lr_warmup_steps={self.lr_warmup_steps} must be below "
+                f"train.steps={self.steps}; lower train.lr_warmup_steps or raise train.steps"
+            )
 
 
 @dataclass
@@ -377,6 +382,14 @@ class Config:
                 f"model.num_attention_heads={self.model.num_attention_heads} is not divisible by "
                 f"parallel.tensor_model_parallel_size={tp}; pick a tensor-parallel size that "
                 "divides the heads"
+            )
+        excluded = self.train.warmup_steps + (
+            self.cuda_graph.warmup_steps + 1 if self.cuda_graph.enabled else 0)
+        if self.train.steps <= excluded:
+            raise ConfigError(
+                f"train.steps={self.train.steps} leaves no steady-state step after the "
+                f"{excluded} excluded (train.warmup_steps, plus CUDA-graph warmup and capture); "
+                f"set train.steps above {excluded}"
             )
         check_world_size(self, self.runtime.world_size)
 

@@ -1,6 +1,7 @@
 """Starts a run's ranks in fresh processes with torch's elastic launch API (as torchrun does)."""
 
 import os
+import sys
 import socket
 import uuid
 
@@ -45,9 +46,13 @@ def run(cfg: Config, resolved: dict, run_dir: str) -> int:
         results = elastic_launch(launch_config, run_rank)(cfg, resolved, run_dir, device_type)
     except ChildFailedError as err:
         rank, failure = next(iter(err.failures.items()))
+        message = failure.message
+        if isinstance(message, dict):  # the error file of a Python entry point
+            message = message.get("message", str(message))
         write_json_atomic(summary_path, {"status": "error", "failed_rank": rank,
-                                         "message": failure.message, "config": resolved})
-        print(f"error: rank {rank} failed: {failure.message}")
+                                         "message": message, "config": resolved})
+        print(f"error: rank {rank} failed: {message} (full log above; summary in {summary_path})",
+              file=sys.stderr)
         return 1
     write_json_atomic(summary_path, results[0])
     m = results[0]["metrics"]

@@ -61,6 +61,8 @@ RULES = [
      r"cuda_graph.impl=local \(per-layer graphs\) is not supported with Megatron-FSDP"),
     (["model.num_query_groups=3"], r"model.num_query_groups=3 must divide"),
     (["train.steps=0"], r"train.steps=0 must be at least 1"),
+    (["+recipe=gpt", "train.steps=5"], r"train.lr_warmup_steps=10 must be below train.steps=5"),
+    (["train.steps=2"], r"train.steps=2 leaves no steady-state step after the 2 excluded"),
 ]
 
 
