@@ -34,7 +34,9 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> dic
 
 
 def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
-    from megatron.core import __version__ as mcore_version, parallel_state
+    from importlib.metadata import version
+
+    from megatron.core import parallel_state
     from launcher import build, loop
     from launcher.data import microbatches
     from launcher.probe import PrefetchCounter
@@ -80,6 +82,8 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
                    forward_backward)
     finally:
         writer.close()
+    # megatron.core.__version__ appends the git hash of the *current directory's* repository.
+    mcore_version = version("megatron-core")
     return writer.summary(counter.count, captured, type(model).__name__, mcore_version,
                           local_shard_numel(model)) if rank == 0 else {}
 
