@@ -24,7 +24,7 @@ def register_configs() -> None:
 
 
 def to_config(composed: DictConfig) -> Config:
-    """Frozen-in-spirit typed Config; runs every __post_init__ check."""
+    """The typed Config (plain dataclass instances, not Hydra nodes); runs every __post_init__ check."""
     return OmegaConf.to_object(composed)
 
 

@@ -8,77 +8,16 @@ names the dotted key, the bad value and the fix. No rule ever rewrites a setting
 """
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import List, Optional
+
+from launcher.choices import (  # noqa: F401  (re-exported: the schema's vocabulary)
+    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LrSchedule,
+    Normalization, Precision, ShardingStrategy, WandbMode,
+)
 
 
 class ConfigError(ValueError):
     """A setting that cannot run; the message is one line: key, value, fix."""
-
-
-class Activation(str, Enum):
-    gelu = "gelu"
-    swiglu = "swiglu"
-
-
-class Normalization(str, Enum):
-    LayerNorm = "LayerNorm"
-    RMSNorm = "RMSNorm"
-
-
-class ShardingStrategy(str, Enum):
-    no_shard = "no_shard"
-    optim = "optim"
-    optim_grads = "optim_grads"
-    optim_grads_params = "optim_grads_params"
-
-
-class GradCommDtype(str, Enum):
-    fp32 = "fp32"
-    bf16 = "bf16"
-
-
-class CudaGraphImpl(str, Enum):
-    none = "none"
-    local = "local"
-    transformer_engine = "transformer_engine"
-    full_iteration = "full_iteration"
-
-
-class CudaGraphModule(str, Enum):
-    attn = "attn"
-    mlp = "mlp"
-    moe = "moe"
-    moe_router = "moe_router"
-    moe_preprocess = "moe_preprocess"
-    mamba = "mamba"
-
-
-class Precision(str, Enum):
-    bf16 = "bf16"
-    fp32 = "fp32"
-
-
-class LrSchedule(str, Enum):
-    constant = "constant"
-    linear = "linear"
-    cosine = "cosine"
-
-
-class DataKind(str, Enum):
-    mock = "mock"
-
-
-class WandbMode(str, Enum):
-    offline = "offline"
-    online = "online"
-    disabled = "disabled"
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
 
 
 def _positive(key: str, value: int) -> None:
@@ -383,8 +322,7 @@ class Config:
                 f"parallel.tensor_model_parallel_size={tp}; pick a tensor-parallel size that "
                 "divides the heads"
             )
-        excluded = self.train.warmup_steps + (
-            self.cuda_graph.warmup_steps + 1 if self.cuda_graph.enabled else 0)
+        excluded = self.excluded_steps
         if self.train.steps <= excluded:
             raise ConfigError(
                 f"train.steps={self.train.steps} leaves no steady-state step after the "
@@ -392,6 +330,12 @@ class Config:
                 f"set train.steps above {excluded}"
             )
         check_world_size(self, self.runtime.world_size)
+
+    @property
+    def excluded_steps(self) -> int:
+        """Steps left out of throughput: train.warmup_steps, plus CUDA-graph warmup and capture."""
+        graph = self.cuda_graph.warmup_steps + 1 if self.cuda_graph.enabled else 0
+        return self.train.warmup_steps + graph
 
 
 def check_world_size(cfg: Config, world_size: int) -> int:

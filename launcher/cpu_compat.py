@@ -37,7 +37,6 @@ def _to_cpu_device(value):
     return _CPU if _is_cuda_device(value) else value
 
 
-# Factory functions whose positional `device` argument may be a bare int index.
 _NOOP_METHODS = {torch.Tensor.record_stream}
 _IDENTITY_METHODS = {torch.Tensor.cuda, torch.Tensor.pin_memory}
 
@@ -57,9 +56,6 @@ class _CudaToCpu(TorchFunctionMode):
             device = kwargs["device"]
             kwargs["device"] = _CPU if isinstance(device, int) else _to_cpu_device(device)
         args = tuple(_to_cpu_device(a) for a in args)
-        if func in (torch.Tensor.to,):
-            args = tuple(_CPU if isinstance(a, int) and not isinstance(a, bool) and i == 1 else a
-                         for i, a in enumerate(args))
         return func(*args, **kwargs)
 
 

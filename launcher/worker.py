@@ -1,20 +1,13 @@
 """One rank of a run, in a fresh process: init, build, train, and (rank 0) write the outputs."""
 
-import dataclasses
 import os
 import resource
 
 import torch
 
 from launcher import cpu_compat, metrics
-from launcher.config import Config, Precision, WandbMode
+from launcher.config import Config, WandbMode
 from launcher.outputs import MetricsFile, NullLogger, WandbLogger, write_json_atomic
-
-
-def excluded_steps(cfg: Config) -> int:
-    """Steps left out of throughput: train.warmup_steps, plus CUDA-graph warmup and capture."""
-    graph = cfg.cuda_graph.warmup_steps + 1 if cfg.cuda_graph.enabled else 0
-    return cfg.train.warmup_steps + graph
 
 
 def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> dict:
@@ -145,7 +138,7 @@ class _Recorder:
             self.jsonl.close()
 
     def summary(self, prefetches, captured, wrapper, mcore_version, shard_numel):
-        skip = excluded_steps(self.cfg)
+        skip = self.cfg.excluded_steps
         steady = [s for s in self.steps if s["step"] > skip]
         times = [s["step_time_s"] for s in steady]
         stats = metrics.step_time_stats(times)

@@ -72,6 +72,9 @@ def test_rule(overrides, message):
         make(*overrides)
 
 
-def test_valid_cells_of_the_grid_pass():
-    make("fsdp.prefetch_first_param_group=false", "cuda_graph=full_iteration")
-    make("fsdp.prefetch_first_param_group=true", "cuda_graph=none")
+def test_valid_cells_of_the_grid_pass_unchanged():
+    cell = make("fsdp.prefetch_first_param_group=false", "cuda_graph=full_iteration")
+    assert cell.fsdp.prefetch_first_param_group is False
+    assert cell.cuda_graph.impl.value == "full_iteration" and cell.excluded_steps == 2 + 3 + 1
+    cell = make("fsdp.prefetch_first_param_group=true", "cuda_graph=none")
+    assert cell.fsdp.prefetch_first_param_group is True and cell.excluded_steps == 2
