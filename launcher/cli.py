@@ -1,5 +1,7 @@
 """The `launch` entry point: compose with Hydra, validate, hand a Config to the spawner.
 
+`launch -m` goes through the launch sweeper (hydra_plugins/launch_sweeper -> launcher.sweep),
+which validates the whole grid first; each of its jobs comes back here as one run.
 Importing this module imports hydra and omegaconf only: `launch --cfg job` never imports torch.
 """
 
@@ -12,9 +14,20 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import Config, ConfigError
 
+_exit_code = [0]  # set by a run or a sweep; Hydra's own errors leave through SystemExit(1)
+
+
+def set_exit_code(code: int) -> None:
+    _exit_code[0] = code
+
 
 def register_configs() -> None:
-    """The schema, and every recipe as option of the `recipe` group (shows in --help)."""
+    """The schema, the sweeper, and every recipe as option of the `recipe` group (in --help)."""
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.launch_sweeper import LaunchSweeper
+
+    Plugins.instance().register(LaunchSweeper)  # found by scanning too; this makes it certain
     store = ConfigStore.instance()
     store.store(name="schema", node=Config)
     for path in sorted(resources.files("launcher.recipes").iterdir()):
@@ -28,23 +41,20 @@ def to_config(composed: DictConfig) -> Config:
     return OmegaConf.to_object(composed)
 
 
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 @hydra.main(version_base=None, config_path="pkg://launcher.conf", config_name="config")
 def _main(composed: DictConfig) -> None:
     try:
         cfg = to_config(composed)
     except ConfigError as err:
-        fail(str(err))
+        print(f"error: {err}", file=sys.stderr)
+        set_exit_code(2)
+        return
     from hydra.core.hydra_config import HydraConfig
 
     from launcher.spawn import run
 
     resolved = OmegaConf.to_container(composed, resolve=True)
-    sys.exit(run(cfg, resolved, HydraConfig.get().runtime.output_dir))
+    set_exit_code(run(cfg, resolved, HydraConfig.get().runtime.output_dir))
 
 
 def main() -> None:
@@ -54,3 +64,4 @@ def main() -> None:
     except SystemExit as exit_:
         # Hydra exits 1 on a composition error (unknown key, wrong type, bad enum value).
         sys.exit(2 if exit_.code == 1 else exit_.code)
+    sys.exit(_exit_code[0])

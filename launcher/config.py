@@ -7,8 +7,9 @@ that need the world size live in `check_world_size`. Every rule raises `ConfigEr
 names the dotted key, the bad value and the fix. No rule ever rewrites a setting.
 """
 
+import re
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from launcher.choices import (  # noqa: F401  (re-exported: the schema's vocabulary)
     Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LrSchedule,
@@ -294,6 +295,30 @@ class RuntimeConfig:
 
 
 @dataclass
+class SweepConfig:
+    """A multirun (`launch -m`); the grid itself comes from the command line or a recipe's
+    hydra.sweeper.params. Not part of a cell's id: it does not change what a run measures."""
+
+    name: Optional[str] = None
+    """The sweep's name, also its wandb group; null means the sweep directory's name."""
+    repeats: int = 1
+    """Runs of each valid cell, interleaved: each round runs every cell, in a shuffled order."""
+    seed: int = 0
+    """Seed of each round's cell order."""
+    baseline: Dict[str, Any] = field(default_factory=dict)
+    """The cell speedups are measured against, as {swept key: value}; empty means the cell with
+    the values the config has without the sweep, else the first valid cell."""
+
+    def __post_init__(self):
+        _positive("sweep.repeats", self.repeats)
+        if self.name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
+            raise ConfigError(
+                f"sweep.name={self.name} may hold only letters, digits, '_', '.' and '-' "
+                "(it names the wandb group); pick such a name"
+            )
+
+
+@dataclass
 class Config:
     """The root: one field per config group."""
 
@@ -305,6 +330,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
     def __post_init__(self):
         if self.fsdp.prefetch_first_param_group and (

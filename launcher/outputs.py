@@ -6,12 +6,22 @@ import tempfile
 
 
 def write_json_atomic(path: str, obj) -> None:
-    """Writes JSON so that readers see the old file or the whole new one (tmp, fsync, rename)."""
+    """Writes JSON so that readers see the old file or the whole new one."""
+    write_bytes_atomic(path, json.dumps(obj, indent=2, sort_keys=True).encode())
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Readers see the old file or the whole new one: a temporary file, fsync, rename."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are for everyone who can read the dir
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -34,7 +44,7 @@ class NullLogger:
 class WandbLogger:
     """Rank 0's wandb run; every wandb file stays under the run directory."""
 
-    def __init__(self, wandb_cfg, run_dir: str, config: dict, name: str):
+    def __init__(self, wandb_cfg, run_dir: str, config: dict, name: str, job_type: str = "train"):
         wandb_dir = os.path.join(run_dir, "wandb")
         os.makedirs(wandb_dir, exist_ok=True)
         # wandb reads these at init; without them it also writes under the home directory.
@@ -46,11 +56,15 @@ class WandbLogger:
         self._run = wandb.init(
             mode=wandb_cfg.mode.value, project=wandb_cfg.project, entity=wandb_cfg.entity,
             group=wandb_cfg.group, tags=list(wandb_cfg.tags), config=config, name=name,
-            dir=run_dir,
+            dir=run_dir, job_type=job_type,
         )
+        self._wandb = wandb
 
     def log(self, metrics: dict, step: int) -> None:
         self._run.log(metrics, step=step)
+
+    def log_table(self, key: str, columns: list, rows: list) -> None:
+        self._run.log({key: self._wandb.Table(columns=columns, data=rows)})
 
     def close(self) -> None:
         self._run.finish()

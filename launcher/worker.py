@@ -163,9 +163,12 @@ class _Recorder:
         return {
             "status": "ok", "backend": "gloo" if self.on_cpu else "nccl",
             "world_size": self.world_size, "device": self.device_name or "cpu",
-            "megatron_core_version": mcore_version, "wrapper": wrapper,
-            "config": self.resolved, "steady_state_steps": [s["step"] for s in steady],
-            "rank0_weight_shard_numel": shard_numel, "metrics": result,
+            "megatron_core_version": mcore_version, "torch_version": torch.__version__,
+            "wrapper": wrapper, "config": self.resolved,
+            "steady_state_steps": [s["step"] for s in steady],
+            "steady_state_step_times_s": times,  # the samples of a sweep's statistics
+            "tokens_per_step": self.tokens_per_step, "flops_per_step": self.flops,
+            "peak_flops": self.peak, "rank0_weight_shard_numel": shard_numel, "metrics": result,
         }
 
 

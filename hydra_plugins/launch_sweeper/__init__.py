@@ -1,0 +1,45 @@
+"""The `launch` sweeper (hydra/sweeper=launch, the default of `launch -m`).
+
+Hydra instantiates sweepers only from the hydra_plugins namespace; the logic is launcher.sweep.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+
+
+@dataclass
+class LaunchSweeperConf:
+    _target_: str = "hydra_plugins.launch_sweeper.LaunchSweeper"
+    params: Optional[Dict[str, str]] = None
+    """The grid a recipe declares, as Hydra's basic sweeper takes it: {key: "a,b"}."""
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="launch", node=LaunchSweeperConf,
+                             provider="mfsdp-launcher")
+
+
+class LaunchSweeper(Sweeper):
+    """Pre-flight of the whole grid, repeats in shuffled rounds, resumable, then the report."""
+
+    def __init__(self, params: Optional[Dict[str, str]] = None) -> None:
+        self.params = params or {}
+        self.config = self.hydra_context = self.launcher = None
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from launcher import cli
+        from launcher.sweep import run_sweep
+
+        code = run_sweep(self.config, self.hydra_context.config_loader, self.launcher,
+                         self.params, arguments)
+        cli.set_exit_code(code)
+        return []

@@ -1,0 +1,203 @@
+"""The sweep report: report.png and a self-contained report.html, plus results.csv/md.
+
+Written at the end of every sweep, and on demand by `launch-report SWEEP_DIR` (which also works on
+an interrupted sweep). The charts: tokens/s/GPU per cell with 95% intervals (grouped by the second
+swept key when there are two, as prefetch x CUDA-graph grids are), speedup against the baseline,
+step-time distributions and peak memory. Text stays text in the SVG, so the page is searchable.
+"""
+
+import base64
+import html
+import io
+import os
+import sys
+
+from launcher.results import HEADERS, SHOWN, Results, collect, display, write_tables
+from launcher.outputs import write_bytes_atomic, write_text_atomic
+
+OK_COLOR, BASE_COLOR, FAIL_COLOR = "#4C72B0", "#DD8452", "#C44E52"
+
+
+def write_all(results: Results) -> list:
+    """Every report file into the sweep directory; returns their paths."""
+    folder = results.plan.sweep_dir
+    write_tables(results, folder)
+    figure = draw(results)
+    png, svg = io.BytesIO(), io.StringIO()
+    figure.savefig(png, format="png", dpi=110)
+    figure.savefig(svg, format="svg")
+    write_bytes_atomic(os.path.join(folder, "report.png"), png.getvalue())
+    write_text_atomic(os.path.join(folder, "report.html"), page(results, svg.getvalue()))
+    return [os.path.join(folder, f) for f in ("results.csv", "results.md", "report.html",
+                                              "report.png")]
+
+
+def draw(results: Results):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as <text>
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(2, 2, figsize=(14, 10), constrained_layout=True)
+    env = results.environment
+    where = f"{env.get('device', '?')} x{env.get('world_size', '?')}" if env else "no run yet"
+    figure.suptitle(f"Sweep {results.plan.name}: {where}, "
+                    f"megatron-core {env.get('megatron_core_version', '?')}", fontsize=14)
+    draw_throughput(axes[0][0], results)
+    draw_speedup(axes[0][1], results)
+    draw_step_times(axes[1][0], results)
+    draw_memory(axes[1][1], results)
+    return figure
+
+
+def tick(row: dict) -> str:
+    return row["label"].replace(", ", "\n") + ("\n(baseline)" if row["baseline"] else "")
+
+
+def slots(results: Results) -> list:
+    """(x position, row) for every cell; with two swept keys, cells sharing the second key's
+    value sit side by side, a gap between groups."""
+    keys = results.plan.keys
+    if len(keys) != 2:
+        return list(enumerate(results.rows))
+    groups = list(dict.fromkeys(row[keys[1]] for row in results.rows))
+    placed, x = [], 0.0
+    for group in groups:
+        for row in (r for r in results.rows if r[keys[1]] == group):
+            placed.append((x, row))
+            x += 1
+        x += 0.6
+    return placed
+
+
+def draw_throughput(ax, results: Results) -> None:
+    for x, row in slots(results):
+        value = row.get("tokens_per_s_per_gpu")
+        if value is None:
+            ax.text(x, 0, f" {row['status']}", rotation=90, ha="center", va="bottom",
+                    color=FAIL_COLOR, fontsize=10)
+            continue
+        err = [[value - row["tokens_per_s_per_gpu_ci_low"]],
+               [row["tokens_per_s_per_gpu_ci_high"] - value]]
+        ax.bar(x, value, yerr=err, capsize=6, width=0.8,
+               color=BASE_COLOR if row["baseline"] else OK_COLOR,
+               hatch="//" if row["baseline"] else None, edgecolor="black")
+    placed = slots(results)
+    ax.set_xticks([x for x, _ in placed], [tick(r) for _, r in placed], fontsize=8)
+    ax.set_ylabel("tokens/s/GPU (median, 95% CI)")
+    ax.set_title("Throughput per cell (baseline hatched)")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def measured(results: Results) -> list:
+    return [row for row in results.rows if row.get("tokens_per_s_per_gpu") is not None]
+
+
+def draw_speedup(ax, results: Results) -> None:
+    rows = [r for r in measured(results) if r.get("speedup") is not None]
+    ax.axvline(1.0, color=BASE_COLOR, linestyle="--", label="baseline (1.0)")
+    for y, row in enumerate(rows):
+        err = [[row["speedup"] - row["speedup_ci_low"]], [row["speedup_ci_high"] - row["speedup"]]]
+        ax.errorbar(row["speedup"], y, xerr=err, fmt="o", capsize=6, color=OK_COLOR,
+                    markerfacecolor="white" if row["within_noise"] else OK_COLOR)
+    ax.set_yticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
+    ax.set_xlabel("speedup vs baseline (tokens/s/GPU ratio, 95% CI; hollow: within noise)")
+    ax.set_title("Speedup against the baseline")
+    ax.legend(loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    if not rows:
+        ax.text(0.5, 0.5, "the baseline has no ok run", transform=ax.transAxes, ha="center")
+
+
+def draw_step_times(ax, results: Results) -> None:
+    rows = measured(results)
+    data = [results.step_times_ms[r["cell"]] for r in rows]
+    if data:
+        ax.boxplot(data, tick_labels=[tick(r) for r in rows], showfliers=True)
+        ax.tick_params(axis="x", labelsize=8)
+    ax.set_ylabel("step time (ms), steady-state steps")
+    ax.set_title("Step-time distribution per cell")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def draw_memory(ax, results: Results) -> None:
+    rows = measured(results)
+    ax.bar(range(len(rows)), [r["peak_memory_mib"] for r in rows],
+           color=[BASE_COLOR if r["baseline"] else OK_COLOR for r in rows], edgecolor="black")
+    ax.set_xticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
+    cpu = results.environment.get("device") == "cpu"
+    ax.set_ylabel("peak memory (MiB" + (", CPU: process max RSS)" if cpu else ", CUDA allocator)"))
+    ax.set_title("Peak memory per cell")
+    ax.grid(axis="y", alpha=0.3)
+
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;
+font-size:14px;vertical-align:top}th{background:#f3f3f3}tr.baseline td{background:#fff4e8}
+td.bad{color:#b22}pre{white-space:pre-wrap;font-size:12px;margin:0}svg{max-width:100%;height:auto}"""
+
+
+def page(results: Results, svg: str) -> str:
+    plan, env = results.plan, results.environment
+    esc = html.escape
+    env_rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in env.items())
+    head = "".join(f"<th>{esc(HEADERS.get(k, k))}</th>" for k in SHOWN)
+    body = []
+    for row in results.rows:
+        cls = ' class="baseline"' if row["baseline"] else ""
+        cells = []
+        for key in SHOWN:
+            bad = key == "status" and not row["status"].startswith("ok")
+            text = esc(display(row, key))
+            if key == "reason" and row.get("log_excerpt"):
+                text += f"<details><summary>log</summary><pre>{esc(row['log_excerpt'])}</pre></details>"
+            cells.append(f'<td{" class=bad" if bad else ""}>{text}</td>')
+        body.append(f"<tr{cls} data-cell=\"{esc(row['cell'])}\">{''.join(cells)}</tr>")
+    svg_body = svg[svg.index("<svg"):]  # drop the XML prolog: the SVG is inline
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Sweep {esc(plan.name)}</title>
+<style>{STYLE}</style></head><body>
+<h1>Sweep {esc(plan.name)}</h1>
+<p>{len(plan.cells)} cells, {plan.repeats} repeat(s) each, swept: {esc(", ".join(plan.keys))}.
+Throughput is the median over the steady-state steps of all repeats; intervals are bootstrap 95%
+(repeats, then steps within repeats, resampled); a speedup is within noise when its interval holds
+1.0. The baseline row is shaded.</p>
+<h2>Environment</h2><table>{env_rows or "<tr><td>no run has finished yet</td></tr>"}</table>
+<h2>Charts</h2>{svg_body}
+<h2>Results</h2><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>
+<p>Sweep directory: {esc(os.path.abspath(plan.sweep_dir))}</p>
+</body></html>
+"""
+
+
+def print_results(results: Results, paths: list) -> None:
+    width = max(len(display(r, "label")) for r in results.rows)
+    for row in results.rows:
+        line = f"  {display(row, 'label'):<{width}}  {display(row, 'status')}"
+        if row.get("tokens_per_s_per_gpu") is not None:
+            line += f"  {row['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
+        if row.get("speedup") is not None and not row["baseline"]:
+            line += f"  speedup {display(row, 'speedup')}"
+        if row["status"] not in ("ok", "pending"):
+            line += f"  {row['reason']}"
+        print(line)
+    print("[sweep] report: " + ", ".join(paths), flush=True)
+
+
+def main(argv=None) -> None:
+    """`launch-report SWEEP_DIR`: rebuild the results and the report from what is on disk."""
+    from launcher.sweep_plan import PLAN_FILE, Plan
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: launch-report SWEEP_DIR  (the directory a `launch -m` sweep wrote)",
+              file=sys.stderr)
+        sys.exit(2)
+    folder = args[0]
+    if not os.path.isfile(os.path.join(folder, PLAN_FILE)):
+        print(f"error: {folder} has no {PLAN_FILE}; give the directory of a `launch -m` sweep "
+              "(hydra.sweep.dir)", file=sys.stderr)
+        sys.exit(2)
+    results = collect(Plan.load(folder))
+    print_results(results, write_all(results))

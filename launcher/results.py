@@ -1,0 +1,196 @@
+"""A sweep's results: one row per cell, read from plan.json and each run's summary.json.
+
+Works on a finished sweep and on one that was interrupted (cells never started are `pending`,
+runs started without a summary are `interrupted`). Writes results.csv and results.md.
+"""
+
+import csv
+import io
+import platform
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from launcher import stats
+from launcher.outputs import write_text_atomic
+from launcher.sweep_plan import Cell, Plan, attempts, read_summary
+
+MIB = 2**20
+
+COLUMNS = (
+    "cell", "label", "status", "baseline", "runs_ok", "tokens_per_s_per_gpu",
+    "tokens_per_s_per_gpu_ci_low", "tokens_per_s_per_gpu_ci_high", "speedup", "speedup_ci_low",
+    "speedup_ci_high", "within_noise", "tflops_per_gpu", "mfu", "step_time_ms_p50",
+    "step_time_ms_p90", "peak_memory_mib", "cuda_graph_captured", "first_group_prefetches",
+    "final_loss", "reason", "log_excerpt", "run_dirs",
+)
+
+
+@dataclass
+class Results:
+    plan: Plan
+    rows: List[dict]
+    step_times_ms: Dict[str, List[float]] = field(default_factory=dict)
+    """Per cell id: every steady-state step time of its ok runs, pooled (for the distributions)."""
+    environment: dict = field(default_factory=dict)
+
+    @property
+    def columns(self) -> List[str]:
+        return [COLUMNS[0], COLUMNS[1], *self.plan.keys, *COLUMNS[2:]]
+
+
+def repeat_run(plan: Plan, cell: Cell, repeat: int) -> tuple:
+    """(status, summary or None, run dir or None) of one repeat: its ok attempt, else the newest."""
+    tried = attempts(plan.sweep_dir, cell.id, repeat)
+    if not tried:
+        return "pending", None, None
+    summaries = [(d, read_summary(d)) for d in tried]
+    ok = [(d, s) for d, s in summaries if s and s.get("status") == "ok"]
+    folder, summary = ok[0] if ok else summaries[-1]
+    return (summary or {}).get("status", "interrupted"), summary, folder
+
+
+def cell_status(statuses: List[str]) -> str:
+    """ok only if every repeat is; else the first failure; else pending or interrupted."""
+    failed = [s for s in statuses if s not in ("ok", "pending", "interrupted")]
+    if failed:
+        return failed[0]
+    for waiting in ("interrupted", "pending"):
+        if waiting in statuses:
+            return waiting
+    return "ok"
+
+
+def throughput_samples(summary: dict) -> np.ndarray:
+    """tokens/s/GPU of each steady-state step."""
+    times = np.asarray(summary["steady_state_step_times_s"], dtype=float)
+    return summary["tokens_per_step"] / times / summary["world_size"]
+
+
+def collect(plan: Plan) -> Results:
+    results = Results(plan, [])
+    samples = {}
+    for cell in plan.cells:
+        row = {"cell": cell.id, "label": cell.label, **cell.values,
+               "baseline": cell.id == plan.baseline, "reason": cell.reason}
+        results.rows.append(row)
+        if not cell.valid:
+            row["status"] = "invalid"
+            continue
+        runs = [repeat_run(plan, cell, r) for r in range(plan.repeats)]
+        row["status"] = cell_status([status for status, _, _ in runs])
+        row["run_dirs"] = " ".join(d for _, _, d in runs if d)
+        ok = [s for status, s, _ in runs if status == "ok"]
+        row["runs_ok"] = f"{len(ok)}/{plan.repeats}"
+        failed = next((s for status, s, _ in runs if s and status != "ok"), None)
+        if failed:
+            row["reason"] = failed.get("message", "")
+            row["log_excerpt"] = failed.get("log_excerpt", "")
+        if ok:
+            samples[cell.id] = [throughput_samples(s) for s in ok]
+            row.update(cell_metrics(ok, samples[cell.id]))
+            results.step_times_ms[cell.id] = [1e3 * t for s in ok
+                                              for t in s["steady_state_step_times_s"]]
+            results.environment = results.environment or environment(ok[0])
+    add_speedups(results.rows, samples, plan.baseline)
+    return results
+
+
+def cell_metrics(ok: List[dict], samples: List[np.ndarray]) -> dict:
+    first = ok[0]
+    tps, low, high = stats.median_ci(samples)
+    seconds = np.asarray([t for s in ok for t in s["steady_state_step_times_s"]])
+    tflops = first["flops_per_step"] / float(np.median(seconds)) / first["world_size"] / 1e12
+    peak = first.get("peak_flops")
+    return {
+        "tokens_per_s_per_gpu": tps, "tokens_per_s_per_gpu_ci_low": low,
+        "tokens_per_s_per_gpu_ci_high": high, "tflops_per_gpu": tflops,
+        "mfu": tflops * 1e12 / peak if peak else None,
+        "step_time_ms_p50": 1e3 * float(np.percentile(seconds, 50)),
+        "step_time_ms_p90": 1e3 * float(np.percentile(seconds, 90)),
+        "peak_memory_mib": max(s["metrics"]["peak_memory_bytes"] for s in ok) / MIB,
+        "cuda_graph_captured": all(s["metrics"]["cuda_graph_captured"] for s in ok),
+        "cuda_graph_impl": first["config"]["cuda_graph"]["impl"],
+        "first_group_prefetches": first["metrics"]["first_group_prefetches"],
+        "final_loss": float(np.median([s["metrics"]["final_loss"] for s in ok])),
+    }
+
+
+def add_speedups(rows: List[dict], samples: dict, baseline: Optional[str]) -> None:
+    if baseline not in samples:
+        return  # the baseline has no ok run (yet): no speedups
+    for row in rows:
+        if row["cell"] in samples:
+            ratio, low, high, noise = stats.speedup_ci(samples[row["cell"]], samples[baseline])
+            row.update(speedup=ratio, speedup_ci_low=low, speedup_ci_high=high,
+                       within_noise=noise)
+
+
+def environment(summary: dict) -> dict:
+    return {"device": summary.get("device"), "world_size": summary.get("world_size"),
+            "backend": summary.get("backend"),
+            "megatron_core_version": summary.get("megatron_core_version"),
+            "torch_version": summary.get("torch_version"), "python": platform.python_version(),
+            "precision": summary["config"]["train"]["precision"]}
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A cell of the printed tables: numbers rounded, booleans and missing values spelled out."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def write_tables(results: Results, folder: str) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=results.columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in results.rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in results.columns})
+    write_text_atomic(f"{folder}/results.csv", buffer.getvalue())
+    write_text_atomic(f"{folder}/results.md", markdown(results))
+
+
+SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "tflops_per_gpu", "mfu",
+         "step_time_ms_p50", "step_time_ms_p90", "peak_memory_mib", "runs_ok", "reason")
+HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
+           "speedup": "speedup vs baseline [95% CI]", "tflops_per_gpu": "TFLOP/s/GPU",
+           "step_time_ms_p50": "step p50 (ms)", "step_time_ms_p90": "step p90 (ms)",
+           "peak_memory_mib": "peak memory (MiB)", "runs_ok": "runs ok"}
+
+
+def display(row: dict, key: str) -> str:
+    """A row's value as the tables and the report show it."""
+    if key == "label":
+        return row["label"] + (" (baseline)" if row["baseline"] else "")
+    if key == "speedup" and row.get("speedup") is not None:
+        noise = ", within noise" if row["within_noise"] else ""
+        return (f"{row['speedup']:.3f} [{row['speedup_ci_low']:.3f}, "
+                f"{row['speedup_ci_high']:.3f}]{noise}")
+    if key == "status" and row.get("cuda_graph_impl", "none") != "none" \
+            and row.get("cuda_graph_captured") is False:
+        return f"{row['status']} (CUDA graph not captured: ran eagerly)"
+    return fmt(row.get(key))
+
+
+def markdown(results: Results) -> str:
+    plan = results.plan
+    lines = [f"# Sweep {plan.name}", "",
+             f"{len(plan.cells)} cells, {plan.repeats} repeat(s) each; swept: "
+             f"{', '.join(plan.keys) or 'nothing'}. Throughput is the median over steady-state "
+             "steps and repeats; speedup is tokens/s/GPU against the baseline, with a bootstrap "
+             "95% interval.", ""]
+    env = results.environment
+    if env:
+        lines += ["Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), ""]
+    lines.append("| " + " | ".join(HEADERS.get(k, k) for k in SHOWN) + " |")
+    lines.append("|" + "---|" * len(SHOWN))
+    for row in results.rows:
+        cells = [display(row, k).replace("|", "\\|").replace("\n", " ") for k in SHOWN]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,57 @@
+"""Sweep statistics: medians and bootstrap confidence intervals over steady-state steps and repeats.
+
+A cell's samples are a list of repeats, each an array of per-step values (tokens/s/GPU of each
+steady-state step). The bootstrap is two-level, as the data are: draw repeats with replacement,
+then steps with replacement inside each drawn repeat, pool, take the median. With one repeat it is
+the plain bootstrap over steps. Speedup is the ratio of a cell's median to the baseline's median;
+the interval comes from resampling both independently.
+"""
+
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+NUM_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+def pooled(repeats: Sequence[Sequence[float]]) -> np.ndarray:
+    return np.concatenate([np.asarray(r, dtype=float) for r in repeats])
+
+
+def bootstrap_medians(repeats: Sequence[Sequence[float]], rng: np.random.Generator,
+                      num_resamples: int = NUM_RESAMPLES) -> np.ndarray:
+    """The median of each of num_resamples two-level resamples."""
+    arrays = [np.asarray(r, dtype=float) for r in repeats]
+    lengths = np.array([len(a) for a in arrays])
+    flat = np.concatenate(arrays)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    picks = rng.integers(len(arrays), size=(num_resamples, len(arrays)))
+    medians = np.empty(num_resamples)
+    for i, chosen in enumerate(picks):
+        index = np.concatenate([offsets[r] + rng.integers(lengths[r], size=lengths[r])
+                                for r in chosen])
+        medians[i] = np.median(flat[index])
+    return medians
+
+
+def interval(draws: np.ndarray, confidence: float = CONFIDENCE) -> Tuple[float, float]:
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def median_ci(repeats: Sequence[Sequence[float]], seed: int = 0) -> Tuple[float, float, float]:
+    """(median of the pooled samples, interval low, interval high)."""
+    draws = bootstrap_medians(repeats, np.random.default_rng(seed))
+    return (float(np.median(pooled(repeats))), *interval(draws))
+
+
+def speedup_ci(cell: List[Sequence[float]], baseline: List[Sequence[float]],
+               seed: int = 0) -> Tuple[float, float, float, bool]:
+    """(cell median / baseline median, interval low, high, within_noise: the interval holds 1.0)."""
+    rng = np.random.default_rng(seed)
+    ratio = float(np.median(pooled(cell)) / np.median(pooled(baseline)))
+    draws = bootstrap_medians(cell, rng) / bootstrap_medians(baseline, rng)
+    low, high = interval(draws)
+    return ratio, low, high, bool(low <= 1.0 <= high)

@@ -1,0 +1,130 @@
+"""`launch -m`: plan and validate the whole grid, run the rounds through Hydra's launcher, report.
+
+Called by the Hydra sweeper plugin (hydra_plugins/launch_sweeper). Each job is launched through
+whatever hydra/launcher is configured (basic: one after another in this process, each job's ranks
+in fresh processes; submitit: Slurm jobs). The results are read back from the runs' summary.json,
+so they are the same whichever launcher ran them.
+"""
+
+import os
+import sys
+from typing import List
+
+from omegaconf import DictConfig, OmegaConf
+
+from launcher.config import ConfigError
+from launcher.sweep_plan import Plan, SweepError, build_plan, read_summary, run_dir, schedule
+
+
+def quote(text: str) -> str:
+    """A Hydra override value that stays a string whatever it holds (=, commas, quotes)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def job_overrides(plan: Plan, master: DictConfig, cell, repeat: int, attempt: int) -> List[str]:
+    """A cell's overrides, plus where it writes and how its wandb run is grouped and tagged."""
+    tags = [*master.logging.wandb.tags, *(f"{k}={v}" for k, v in cell.values.items())]
+    return [*cell.overrides,
+            f"hydra.sweep.subdir={cell.id}/repeat{repeat}/attempt{attempt}",
+            f"logging.wandb.group={quote(plan.wandb_group)}",
+            "logging.wandb.tags=[" + ",".join(quote(t[:64]) for t in tags) + "]"]  # wandb's limit
+
+
+def print_plan(plan: Plan, rounds: list) -> None:
+    todo = {(cell.id, repeat) for round_ in rounds for cell, repeat, _ in round_}
+    keys = plan.keys
+    widths = [max([len(k)] + [len(c.values[k]) for c in plan.cells]) for k in keys]
+    print(f"[sweep] {plan.name}: {len(plan.cells)} cells x {plan.repeats} repeat(s) "
+          f"into {plan.sweep_dir}")
+    print("  " + "  ".join([f"{'cell':<10}"] + [f"{k:<{w}}" for k, w in zip(keys, widths)]
+                           + ["plan"]))
+    for cell in plan.cells:
+        if cell.valid:
+            left = sum((cell.id, r) in todo for r in range(plan.repeats))
+            what = f"run {left} of {plan.repeats}" + (" (baseline)" if cell.id == plan.baseline
+                                                      else "")
+        else:
+            what = f"invalid, will not run: {cell.reason}"
+        print("  " + "  ".join([f"{cell.id:<10}"]
+                               + [f"{cell.values[k]:<{w}}" for k, w in zip(keys, widths)]
+                               + [what]))
+    valid = sum(c.valid for c in plan.cells)
+    print(f"[sweep] {valid} valid cells: {len(todo)} runs to do, "
+          f"{valid * plan.repeats - len(todo)} already ok; {len(plan.cells) - valid} refused",
+          flush=True)
+
+
+def record_crash(folder: str, job_return) -> None:
+    """A job that raised before its spawner wrote a summary still leaves a classified one."""
+    from hydra.core.utils import JobStatus
+
+    from launcher.outputs import write_json_atomic
+
+    if job_return.status == JobStatus.FAILED and read_summary(folder) is None:
+        os.makedirs(folder, exist_ok=True)
+        error = job_return._return_value
+        write_json_atomic(os.path.join(folder, "summary.json"), {
+            "status": "error", "message": f"{type(error).__name__}: {error}",
+            "log_excerpt": f"{type(error).__name__}: {error}"})
+
+
+def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
+              arguments: List[str]) -> int:
+    """The whole sweep; returns the exit code (0 all runs ok, 1 a run failed, 2 bad input)."""
+    fixed = [f"{k}={v}" for k, v in (params or {}).items()]
+
+    def load(overrides):
+        return config_loader.load_sweep_config(master, overrides)
+
+    try:
+        plan = build_plan(master, load, fixed + list(arguments), config_loader)
+    except (ConfigError, SweepError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    rounds = schedule(plan)
+    print_plan(plan, rounds)
+    if plan.baseline is None:
+        print("error: no cell of the sweep is valid (reasons above); fix the grid", file=sys.stderr)
+        return 2
+    os.makedirs(plan.sweep_dir, exist_ok=True)
+    plan.save()
+    OmegaConf.save(master, os.path.join(plan.sweep_dir, "multirun.yaml"))
+    job_index = 0
+    for round_ in rounds:
+        if not round_:
+            continue
+        batch = [job_overrides(plan, master, cell, r, n) for cell, r, n in round_]
+        returns = launcher.launch(batch, initial_job_idx=job_index)
+        job_index += len(batch)
+        for (cell, r, n), job_return in zip(round_, returns):
+            record_crash(run_dir(plan.sweep_dir, cell.id, r, n), job_return)
+    return finish(plan, master)
+
+
+def finish(plan: Plan, master: DictConfig) -> int:
+    from launcher.report import print_results, write_all
+    from launcher.results import collect
+
+    results = collect(plan)
+    paths = write_all(results)
+    log_table(results, master)
+    print_results(results, paths)
+    failed = [r for r in results.rows if r["status"] not in ("ok", "invalid")]
+    return 1 if failed else 0
+
+
+def log_table(results, master: DictConfig) -> None:
+    """The results as a wandb Table, in one more run of the sweep's group."""
+    from launcher.config import WandbConfig, WandbMode
+    from launcher.outputs import WandbLogger
+
+    wandb_cfg: WandbConfig = OmegaConf.to_object(master.logging.wandb)
+    if wandb_cfg.mode == WandbMode.disabled:
+        return
+    wandb_cfg.group = results.plan.wandb_group
+    columns = results.columns
+    logger = WandbLogger(wandb_cfg, results.plan.sweep_dir, {"sweep": results.plan.name},
+                         f"{results.plan.name}-results", job_type="sweep_results")
+    logger.log_table("sweep/results", columns,
+                     [[row.get(c) for c in columns] for row in results.rows])
+    logger.close()

@@ -1,0 +1,250 @@
+"""A sweep's plan: the grid expanded, every cell composed and validated before any job starts.
+
+A cell is one combination of the swept values. Its id is a hash of its resolved config (without
+the `sweep` and `logging` sections, which do not change what a run measures), so the same command
+into the same sweep directory finds its earlier runs: `<sweep_dir>/<cell id>/repeat<r>/attempt<n>/`.
+Imports hydra and omegaconf only (no torch): the plan is printed before anything heavy loads.
+"""
+
+import hashlib
+import itertools
+import json
+import os
+import random
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from launcher.config import ConfigError, SweepConfig
+
+PLAN_FILE = "plan.json"
+UNMEASURED = ("sweep", "logging")  # sections left out of a cell's id
+
+
+@dataclass
+class Cell:
+    id: str
+    label: str
+    values: Dict[str, str]
+    """Swept key -> its value in this cell (canonical text: true, none, 0.001)."""
+    overrides: List[str]
+    """Everything the job is composed with: the command line's fixed overrides and the swept ones."""
+    valid: bool
+    reason: str = ""
+    """Why an invalid cell will not run: the validation error, one line."""
+
+
+@dataclass
+class Plan:
+    name: str
+    sweep_dir: str
+    keys: List[str]
+    repeats: int
+    seed: int
+    baseline: Optional[str]
+    """The id of the cell that speedups are measured against."""
+    wandb_group: str
+    cells: List[Cell] = field(default_factory=list)
+
+    def cell(self, cell_id: str) -> Cell:
+        return next(c for c in self.cells if c.id == cell_id)
+
+    def save(self) -> None:
+        from launcher.outputs import write_json_atomic
+
+        write_json_atomic(os.path.join(self.sweep_dir, PLAN_FILE), asdict(self))
+
+    @staticmethod
+    def load(sweep_dir: str) -> "Plan":
+        data = json.loads(Path(sweep_dir, PLAN_FILE).read_text())
+        data["sweep_dir"] = sweep_dir  # the directory may have moved since
+        data["cells"] = [Cell(**c) for c in data["cells"]]
+        return Plan(**data)
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start as a whole; one line, like ConfigError."""
+
+
+def canonical(value) -> str:
+    """One spelling per value, so that `false`, `False` and False compare equal."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, (int, float)):
+        return repr(float(value)) if isinstance(value, float) else str(value)
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def bare_key(key: str) -> str:
+    return key.lstrip("+~")
+
+
+def expand_grid(arguments: List[str], config_loader=None) -> tuple:
+    """(swept keys, [override list per cell]) in Hydra's order: the last key varies fastest."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = OverridesParser.create(config_loader=config_loader).parse_overrides(arguments)
+    keys, axes = [], []
+    for override in overrides:
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            axes.append([f"{key}={override.get_value_element_as_str()}"])
+            continue
+        if not override.is_discrete_sweep():
+            raise SweepError(f"{key}: only lists of values can be swept (a,b / choice(a,b) / "
+                             f"range(1,4)), not {override.input_line}; list the values")
+        if bare_key(key).split(".")[0] in ("sweep", "hydra"):
+            raise SweepError(f"{key} cannot be swept (it configures the sweep itself); "
+                             "give it one value")
+        keys.append(bare_key(key))
+        axes.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+    return keys, [list(combination) for combination in itertools.product(*axes)]
+
+
+def cell_id(resolved: dict) -> str:
+    """A stable hash of what the cell measures (sha256, so the same across processes)."""
+    measured = {k: v for k, v in resolved.items() if k not in UNMEASURED}
+    blob = json.dumps(measured, sort_keys=True, default=canonical)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def swept_values(composed: DictConfig, choices: dict, keys: List[str]) -> Dict[str, str]:
+    """Each swept key's value: a group's chosen option, or the config value at that key."""
+    values = {}
+    for key in keys:
+        if key in choices:
+            values[key] = canonical(choices[key])
+        else:
+            values[key] = canonical(OmegaConf.select(composed, key, default=None))
+    return values
+
+
+def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
+                 keys: List[str]) -> tuple:
+    """(resolved dict or None, swept values, reason or ""): the cell as its job will see it."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        composed = load(overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        return None, {k: "?" for k in keys}, str(err).strip().splitlines()[0]
+    choices = dict(composed.hydra.runtime.choices)
+    with read_write(composed), open_dict(composed):
+        del composed["hydra"]
+    values = swept_values(composed, choices, keys)
+    resolved = OmegaConf.to_container(composed, resolve=True, enum_to_str=True)
+    try:
+        OmegaConf.to_object(composed)  # every __post_init__ rule, as the job will run them
+    except ConfigError as err:
+        return resolved, values, str(err)
+    return resolved, values, ""
+
+
+def short_names(keys: List[str]) -> Dict[str, str]:
+    """The last part of each key (prefetch_first_param_group), unless two keys share it."""
+    last = [k.split(".")[-1] for k in keys]
+    return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
+
+
+def label(values: Dict[str, str]) -> str:
+    names = short_names(list(values))
+    return ", ".join(f"{names[k]}={v}" for k, v in values.items()) or "(no swept key)"
+
+
+def build_plan(master: DictConfig, load, arguments: List[str], config_loader=None) -> Plan:
+    """Expands and validates the whole grid; raises SweepError/ConfigError for the sweep as a whole."""
+    sweep: SweepConfig = OmegaConf.to_object(master.sweep)
+    keys, grid = expand_grid(arguments, config_loader)
+    sweep_dir = str(master.hydra.sweep.dir)
+    cells, seen = [], {}
+    for overrides in grid:
+        resolved, values, reason = compose_cell(load, overrides, keys)
+        ident = cell_id(resolved) if resolved else hashlib.sha256(
+            "\n".join(overrides).encode()).hexdigest()[:10]
+        if not reason and ident in seen:
+            reason = f"resolves to the same config as cell {seen[ident]}; drop one of them"
+        seen.setdefault(ident, label(values))
+        cells.append(Cell(ident, label(values), values, overrides, not reason, reason))
+    name = sweep.name or Path(sweep_dir).name
+    group = master.logging.wandb.group or name
+    base_values = swept_values(master, dict(master.hydra.runtime.choices), keys)
+    baseline = pick_baseline(cells, keys, sweep.baseline, base_values)
+    return Plan(name, sweep_dir, keys, sweep.repeats, sweep.seed, baseline, group, cells)
+
+
+def pick_baseline(cells: List[Cell], keys: List[str], requested: dict,
+                  base_values: Dict[str, str]) -> Optional[str]:
+    """sweep.baseline's cell; else the cell holding the unswept config's values; else the first."""
+    valid = [c for c in cells if c.valid]
+    if not requested:
+        chosen = [c for c in valid if c.values == base_values] or valid
+        return chosen[0].id if chosen else None
+    unknown = sorted(set(requested) - set(keys))
+    if unknown:
+        raise ConfigError(f"sweep.baseline names {unknown[0]}, which is not swept; "
+                          f"use swept keys only ({', '.join(keys)})")
+    wanted = {k: canonical(v) for k, v in requested.items()}
+    text = ",".join(f"{k}:{v}" for k, v in wanted.items())
+    matches = [c for c in cells if all(c.values[k] == v for k, v in wanted.items())]
+    if not matches:
+        raise ConfigError(f"sweep.baseline={{{text}}} matches no cell of the grid; "
+                          "pick values that are swept")
+    usable = [c for c in matches if c.valid]
+    if not usable:
+        raise ConfigError(f"sweep.baseline={{{text}}} is an invalid cell ({matches[0].reason}); "
+                          "pick a valid cell as baseline")
+    return usable[0].id
+
+
+def run_dir(sweep_dir: str, cell: str, repeat: int, attempt: int) -> str:
+    return os.path.join(sweep_dir, cell, f"repeat{repeat}", f"attempt{attempt}")
+
+
+def attempts(sweep_dir: str, cell: str, repeat: int) -> List[str]:
+    """The attempt directories of one repeat of a cell, oldest first."""
+    folder = Path(sweep_dir, cell, f"repeat{repeat}")
+    found = [p for p in folder.glob("attempt*") if p.name[7:].isdigit()] if folder.is_dir() else []
+    return [str(p) for p in sorted(found, key=lambda p: int(p.name[7:]))]
+
+
+def next_attempt(sweep_dir: str, cell: str, repeat: int) -> int:
+    """One past the newest attempt: an earlier attempt's files are never overwritten."""
+    done = attempts(sweep_dir, cell, repeat)
+    return int(Path(done[-1]).name[7:]) + 1 if done else 0
+
+
+def read_summary(folder: str) -> Optional[dict]:
+    path = Path(folder, "summary.json")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def has_ok_run(sweep_dir: str, cell: str, repeat: int) -> bool:
+    return any((read_summary(d) or {}).get("status") == "ok"
+               for d in attempts(sweep_dir, cell, repeat))
+
+
+def schedule(plan: Plan) -> List[List[tuple]]:
+    """Rounds of (cell, repeat, attempt) still to run: each round every valid cell once, in an
+    order shuffled with the seed and the round, so drift on a shared machine spreads over cells.
+    A repeat that already has an ok run is skipped; any other gets a new attempt directory."""
+    rounds = []
+    for repeat in range(plan.repeats):
+        order = [c for c in plan.cells if c.valid]
+        random.Random(f"{plan.seed}:{repeat}").shuffle(order)
+        todo = []
+        for cell in order:
+            if not has_ok_run(plan.sweep_dir, cell.id, repeat):
+                todo.append((cell, repeat, next_attempt(plan.sweep_dir, cell.id, repeat)))
+        rounds.append(todo)
+    return rounds
