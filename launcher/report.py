@@ -14,6 +14,7 @@ import sys
 
 from launcher.results import HEADERS, SHOWN, Results, collect, display, write_tables
 from launcher.outputs import write_bytes_atomic, write_text_atomic
+from launcher.sweep_plan import short_names
 
 OK_COLOR, BASE_COLOR, FAIL_COLOR = "#4C72B0", "#DD8452", "#C44E52"
 
@@ -39,7 +40,7 @@ def draw(results: Results):
     matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as <text>
     from matplotlib import pyplot as plt
 
-    figure, axes = plt.subplots(2, 2, figsize=(14, 10), constrained_layout=True)
+    figure, axes = plt.subplots(2, 2, figsize=(15, 10), constrained_layout=True)
     env = results.environment
     where = f"{env.get('device', '?')} x{env.get('world_size', '?')}" if env else "no run yet"
     figure.suptitle(f"Sweep {results.plan.name}: {where}, "
@@ -55,39 +56,75 @@ def tick(row: dict) -> str:
     return row["label"].replace(", ", "\n") + ("\n(baseline)" if row["baseline"] else "")
 
 
-def slots(results: Results) -> list:
-    """(x position, row) for every cell; with two swept keys, cells sharing the second key's
-    value sit side by side, a gap between groups."""
+def draw_throughput(ax, results: Results) -> None:
+    """Grouped bars when two keys are swept (bars: the first key, groups: the second), else one
+    horizontal bar per cell. Cells without a measurement show their status in their slot."""
     keys = results.plan.keys
     if len(keys) != 2:
-        return list(enumerate(results.rows))
+        return draw_throughput_bars(ax, results)
+    names = short_names(keys)
+    inner = list(dict.fromkeys(row[keys[0]] for row in results.rows))
     groups = list(dict.fromkeys(row[keys[1]] for row in results.rows))
-    placed, x = [], 0.0
-    for group in groups:
-        for row in (r for r in results.rows if r[keys[1]] == group):
-            placed.append((x, row))
-            x += 1
-        x += 0.6
-    return placed
+    width = 0.8 / len(inner)
+    colors = matplotlib_colors(len(inner))
+    for g, group in enumerate(groups):
+        for i, value in enumerate(inner):
+            row = next((r for r in results.rows if r[keys[0]] == value and r[keys[1]] == group),
+                       None)
+            if row is None:
+                continue
+            x = g + (i - (len(inner) - 1) / 2) * width
+            bar_or_status(ax, x, row, width * 0.9, colors[i])
+    ax.set_xticks(range(len(groups)), [f"{names[keys[1]]}={g}" for g in groups])
+    ax.set_xlim(-0.5, len(groups) - 0.5)
+    ax.set_xlabel(f"{keys[1]} (groups) x {keys[0]} (bars)")
+    ax.set_ylabel("tokens/s/GPU (median, 95% CI)")
+    ax.set_title("Throughput per cell (baseline hatched)")
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(facecolor=c, edgecolor="black", label=f"{names[keys[0]]}={v}")
+                       for c, v in zip(colors, inner)], loc="upper right", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
 
 
-def draw_throughput(ax, results: Results) -> None:
-    for x, row in slots(results):
+def matplotlib_colors(n: int) -> list:
+    from matplotlib import colormaps
+
+    return [colormaps["tab10"](i % 10) for i in range(n)]
+
+
+def bar_or_status(ax, x: float, row: dict, width: float, color) -> None:
+    value = row.get("tokens_per_s_per_gpu")
+    if value is None:
+        ax.text(x, 0, f" {row['status']}", rotation=90, ha="center", va="bottom",
+                color=FAIL_COLOR, fontsize=10)
+        return
+    err = [[value - row["tokens_per_s_per_gpu_ci_low"]],
+           [row["tokens_per_s_per_gpu_ci_high"] - value]]
+    ax.bar(x, value, width, yerr=err, capsize=5, color=color, edgecolor="black",
+           hatch="//" if row["baseline"] else None)
+    if row["baseline"]:
+        ax.annotate("baseline", (x, row["tokens_per_s_per_gpu_ci_high"]), ha="center",
+                    va="bottom", xytext=(0, 3), textcoords="offset points", fontsize=9)
+
+
+def draw_throughput_bars(ax, results: Results) -> None:
+    rows = results.rows
+    for y, row in enumerate(rows):
         value = row.get("tokens_per_s_per_gpu")
         if value is None:
-            ax.text(x, 0, f" {row['status']}", rotation=90, ha="center", va="bottom",
-                    color=FAIL_COLOR, fontsize=10)
+            ax.text(0, y, f" {row['status']}", va="center", color=FAIL_COLOR)
             continue
         err = [[value - row["tokens_per_s_per_gpu_ci_low"]],
                [row["tokens_per_s_per_gpu_ci_high"] - value]]
-        ax.bar(x, value, yerr=err, capsize=6, width=0.8,
-               color=BASE_COLOR if row["baseline"] else OK_COLOR,
-               hatch="//" if row["baseline"] else None, edgecolor="black")
-    placed = slots(results)
-    ax.set_xticks([x for x, _ in placed], [tick(r) for _, r in placed], fontsize=8)
-    ax.set_ylabel("tokens/s/GPU (median, 95% CI)")
+        ax.barh(y, value, xerr=err, capsize=5, edgecolor="black",
+                color=BASE_COLOR if row["baseline"] else OK_COLOR,
+                hatch="//" if row["baseline"] else None)
+    ax.set_yticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
+    ax.set_xlabel("tokens/s/GPU (median, 95% CI)")
     ax.set_title("Throughput per cell (baseline hatched)")
-    ax.grid(axis="y", alpha=0.3)
+    ax.invert_yaxis()  # top to bottom in table order
+    ax.grid(axis="x", alpha=0.3)
 
 
 def measured(results: Results) -> list:
@@ -102,8 +139,10 @@ def draw_speedup(ax, results: Results) -> None:
         ax.errorbar(row["speedup"], y, xerr=err, fmt="o", capsize=6, color=OK_COLOR,
                     markerfacecolor="white" if row["within_noise"] else OK_COLOR)
     ax.set_yticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
+    ax.set_ylim(-0.5, max(len(rows), 1) - 0.5)
     ax.set_xlabel("speedup vs baseline (tokens/s/GPU ratio, 95% CI; hollow: within noise)")
     ax.set_title("Speedup against the baseline")
+    ax.invert_yaxis()  # top to bottom in table order
     ax.legend(loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     if not rows:
@@ -114,22 +153,24 @@ def draw_step_times(ax, results: Results) -> None:
     rows = measured(results)
     data = [results.step_times_ms[r["cell"]] for r in rows]
     if data:
-        ax.boxplot(data, tick_labels=[tick(r) for r in rows], showfliers=True)
-        ax.tick_params(axis="x", labelsize=8)
-    ax.set_ylabel("step time (ms), steady-state steps")
+        ax.boxplot(data, tick_labels=[tick(r) for r in rows], orientation="horizontal")
+        ax.tick_params(axis="y", labelsize=8)
+    ax.set_xlabel("step time (ms), steady-state steps of every repeat")
     ax.set_title("Step-time distribution per cell")
-    ax.grid(axis="y", alpha=0.3)
+    ax.invert_yaxis()  # top to bottom in table order
+    ax.grid(axis="x", alpha=0.3)
 
 
 def draw_memory(ax, results: Results) -> None:
     rows = measured(results)
-    ax.bar(range(len(rows)), [r["peak_memory_mib"] for r in rows],
-           color=[BASE_COLOR if r["baseline"] else OK_COLOR for r in rows], edgecolor="black")
-    ax.set_xticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
+    ax.barh(range(len(rows)), [r["peak_memory_mib"] for r in rows], edgecolor="black",
+            color=[BASE_COLOR if r["baseline"] else OK_COLOR for r in rows])
+    ax.set_yticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
     cpu = results.environment.get("device") == "cpu"
-    ax.set_ylabel("peak memory (MiB" + (", CPU: process max RSS)" if cpu else ", CUDA allocator)"))
+    ax.set_xlabel("peak memory (MiB" + (", CPU: process max RSS)" if cpu else ", CUDA allocator)"))
     ax.set_title("Peak memory per cell")
-    ax.grid(axis="y", alpha=0.3)
+    ax.invert_yaxis()  # top to bottom in table order
+    ax.grid(axis="x", alpha=0.3)
 
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}

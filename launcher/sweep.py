@@ -41,8 +41,9 @@ def print_plan(plan: Plan, rounds: list) -> None:
     for cell in plan.cells:
         if cell.valid:
             left = sum((cell.id, r) in todo for r in range(plan.repeats))
-            what = f"run {left} of {plan.repeats}" + (" (baseline)" if cell.id == plan.baseline
-                                                      else "")
+            what = (f"run {left} of {plan.repeats} repeat(s)" if left
+                    else f"done ({plan.repeats} ok)")
+            what += " (baseline)" if cell.id == plan.baseline else ""
         else:
             what = f"invalid, will not run: {cell.reason}"
         print("  " + "  ".join([f"{cell.id:<10}"]
@@ -87,6 +88,7 @@ def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
         print("error: no cell of the sweep is valid (reasons above); fix the grid", file=sys.stderr)
         return 2
     os.makedirs(plan.sweep_dir, exist_ok=True)
+    reported = os.path.exists(os.path.join(plan.sweep_dir, "results.csv"))
     plan.save()
     OmegaConf.save(master, os.path.join(plan.sweep_dir, "multirun.yaml"))
     job_index = 0
@@ -98,16 +100,18 @@ def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
         job_index += len(batch)
         for (cell, r, n), job_return in zip(round_, returns):
             record_crash(run_dir(plan.sweep_dir, cell.id, r, n), job_return)
-    return finish(plan, master)
+    # A rerun that ran nothing logs no second wandb table.
+    return finish(plan, master, log=job_index > 0 or not reported)
 
 
-def finish(plan: Plan, master: DictConfig) -> int:
+def finish(plan: Plan, master: DictConfig, log: bool) -> int:
     from launcher.report import print_results, write_all
     from launcher.results import collect
 
     results = collect(plan)
     paths = write_all(results)
-    log_table(results, master)
+    if log:
+        log_table(results, master)
     print_results(results, paths)
     failed = [r for r in results.rows if r["status"] not in ("ok", "invalid")]
     return 1 if failed else 0
