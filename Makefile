@@ -2,7 +2,7 @@ PY ?= python3.12
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test
+.PHONY: demo test chromium
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found; install Python 3.12"; exit 2; }
@@ -13,5 +13,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	WANDB_SILENT=true $(VENV)/bin/launch +recipe=tiny_cpu
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(VENV)/bin/python -m pytest -q
+
+# The sweep report's browser test opens report.html in Debian's headless Chromium.
+chromium:
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium; }

@@ -43,18 +43,33 @@ def to_config(composed: DictConfig) -> Config:
 
 @hydra.main(version_base=None, config_path="pkg://launcher.conf", config_name="config")
 def _main(composed: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    run_dir = HydraConfig.get().runtime.output_dir
     try:
         cfg = to_config(composed)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        set_exit_code(2)
-        return
-    from hydra.core.hydra_config import HydraConfig
-
+        return refuse(err, run_dir)
     from launcher.spawn import run
 
     resolved = OmegaConf.to_container(composed, resolve=True)
-    set_exit_code(run(cfg, resolved, HydraConfig.get().runtime.output_dir))
+    try:
+        set_exit_code(run(cfg, resolved, run_dir))
+    except ConfigError as err:  # a check that needs torch (a CUDA device asked for, none seen)
+        refuse(err, run_dir)
+
+
+def refuse(err: ConfigError, run_dir: str) -> None:
+    """One line, exit code 2. A sweep's job also leaves an `invalid` summary: its cell's reason."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    print(f"error: {err}", file=sys.stderr)
+    set_exit_code(2)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        from launcher.outputs import write_json_atomic
+
+        write_json_atomic(f"{run_dir}/summary.json", {"status": "invalid", "message": str(err)})
 
 
 def main() -> None:

@@ -255,6 +255,8 @@ class WandbConfig:
     """wandb entity (team); null for the default."""
     group: Optional[str] = None
     """wandb group, e.g. a sweep's name."""
+    name: Optional[str] = None
+    """wandb run name; null means the run directory's name (a sweep names each run by its cell)."""
     tags: List[str] = field(default_factory=list)
     """wandb tags."""
 
@@ -306,8 +308,9 @@ class SweepConfig:
     seed: int = 0
     """Seed of each round's cell order."""
     baseline: Dict[str, Any] = field(default_factory=dict)
-    """The cell speedups are measured against, as {swept key: value}; empty means the cell with
-    the values the config has without the sweep, else the first valid cell."""
+    """The cell speedups are measured against, as swept values in the config's own nesting
+    ({fsdp: {prefetch_first_param_group: true}}); empty means the cell with the values the config
+    has without the sweep, else the first valid cell."""
 
     def __post_init__(self):
         _positive("sweep.repeats", self.repeats)

@@ -35,11 +35,7 @@ def run(cfg: Config, resolved: dict, run_dir: str) -> int:
     if cfg.runtime.nnodes != 1:
         print("error: runtime.nnodes>1 is not supported yet; set runtime.nnodes=1", file=sys.stderr)
         return 2
-    try:
-        device_type = resolve_device(cfg.runtime.device)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    device_type = resolve_device(cfg.runtime.device)
     port = cfg.runtime.master_port or free_port()
     launch_config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=cfg.runtime.nproc_per_node,

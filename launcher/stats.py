@@ -21,18 +21,18 @@ def pooled(repeats: Sequence[Sequence[float]]) -> np.ndarray:
 
 def bootstrap_medians(repeats: Sequence[Sequence[float]], rng: np.random.Generator,
                       num_resamples: int = NUM_RESAMPLES) -> np.ndarray:
-    """The median of each of num_resamples two-level resamples."""
-    arrays = [np.asarray(r, dtype=float) for r in repeats]
-    lengths = np.array([len(a) for a in arrays])
-    flat = np.concatenate(arrays)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    picks = rng.integers(len(arrays), size=(num_resamples, len(arrays)))
-    medians = np.empty(num_resamples)
-    for i, chosen in enumerate(picks):
-        index = np.concatenate([offsets[r] + rng.integers(lengths[r], size=lengths[r])
-                                for r in chosen])
-        medians[i] = np.median(flat[index])
-    return medians
+    """The median of each of num_resamples two-level resamples (vectorised: repeats of unequal
+    length are padded with NaN, and the padding is left out of each median)."""
+    lengths = np.array([len(r) for r in repeats])
+    padded = np.full((len(repeats), lengths.max()), np.nan)
+    for i, r in enumerate(repeats):
+        padded[i, :len(r)] = r
+    picks = rng.integers(len(repeats), size=(num_resamples, len(repeats)))
+    picked_lengths = lengths[picks][..., None]
+    steps = (rng.random((*picks.shape, padded.shape[1])) * picked_lengths).astype(int)
+    values = padded[picks[..., None], steps]
+    values[np.arange(padded.shape[1]) >= picked_lengths] = np.nan
+    return np.nanmedian(values.reshape(num_resamples, -1), axis=1)
 
 
 def interval(draws: np.ndarray, confidence: float = CONFIDENCE) -> Tuple[float, float]:

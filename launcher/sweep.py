@@ -27,7 +27,13 @@ def job_overrides(plan: Plan, master: DictConfig, cell, repeat: int, attempt: in
     return [*cell.overrides,
             f"hydra.sweep.subdir={cell.id}/repeat{repeat}/attempt{attempt}",
             f"logging.wandb.group={quote(plan.wandb_group)}",
+            f"logging.wandb.name={quote(run_name(cell.label, repeat, attempt))}",
             "logging.wandb.tags=[" + ",".join(quote(t[:64]) for t in tags) + "]"]  # wandb's limit
+
+
+def run_name(label: str, repeat: int, attempt: int) -> str:
+    """`prefetch_first_param_group=false, impl=none #0` (and `retry N` after a failed attempt)."""
+    return f"{label} #{repeat}" + (f" retry {attempt}" if attempt else "")
 
 
 def print_plan(plan: Plan, rounds: list) -> None:

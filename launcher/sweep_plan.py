@@ -91,8 +91,11 @@ def expand_grid(arguments: List[str], config_loader=None) -> tuple:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     overrides = OverridesParser.create(config_loader=config_loader).parse_overrides(arguments)
+    # As Hydra's basic sweeper: a key given twice (a recipe's grid, then the command line) takes
+    # the later value, in the earlier position.
+    last = {bare_key(o.get_key_element()): o for o in overrides}
     keys, axes = [], []
-    for override in overrides:
+    for override in last.values():
         key = override.get_key_element()
         if not override.is_sweep_override():
             axes.append([f"{key}={override.get_value_element_as_str()}"])
@@ -176,22 +179,40 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     name = sweep.name or Path(sweep_dir).name
     group = master.logging.wandb.group or name
     base_values = swept_values(master, dict(master.hydra.runtime.choices), keys)
-    baseline = pick_baseline(cells, keys, sweep.baseline, base_values)
+    baseline = pick_baseline(cells, keys, sweep.baseline, base_values, master)
     return Plan(name, sweep_dir, keys, sweep.repeats, sweep.seed, baseline, group, cells)
 
 
+def dotted(tree: dict, prefix: str = "") -> dict:
+    """{fsdp: {prefetch_first_param_group: true}} -> {"fsdp.prefetch_first_param_group": true}."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def pick_baseline(cells: List[Cell], keys: List[str], requested: dict,
-                  base_values: Dict[str, str]) -> Optional[str]:
-    """sweep.baseline's cell; else the cell holding the unswept config's values; else the first."""
+                  base_values: Dict[str, str], master: DictConfig) -> Optional[str]:
+    """sweep.baseline's cell; else the cell holding the unswept config's values; else the first.
+    A baseline key the command line fixed (not swept) must hold the fixed value."""
     valid = [c for c in cells if c.valid]
-    if not requested:
+    requested = dotted(requested)
+    wanted = {k: canonical(v) for k, v in requested.items()}
+    for key in sorted(set(wanted) - set(keys)):
+        fixed = OmegaConf.select(master, key, default=KeyError)
+        if fixed is KeyError:
+            raise ConfigError(f"sweep.baseline names {key}, which is not a config key; "
+                              f"use swept keys only ({', '.join(keys)})")
+        if canonical(fixed) != wanted.pop(key):
+            raise ConfigError(f"sweep.baseline wants {key}={canonical(requested[key])}, but the "
+                              f"sweep fixes {key}={canonical(fixed)}; sweep {key} or drop it "
+                              f"from the baseline (~sweep.baseline.{key})")
+    if not wanted:
         chosen = [c for c in valid if c.values == base_values] or valid
         return chosen[0].id if chosen else None
-    unknown = sorted(set(requested) - set(keys))
-    if unknown:
-        raise ConfigError(f"sweep.baseline names {unknown[0]}, which is not swept; "
-                          f"use swept keys only ({', '.join(keys)})")
-    wanted = {k: canonical(v) for k, v in requested.items()}
     text = ",".join(f"{k}:{v}" for k, v in wanted.items())
     matches = [c for c in cells if all(c.values[k] == v for k, v in wanted.items())]
     if not matches:

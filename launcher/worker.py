@@ -2,6 +2,7 @@
 
 import os
 import resource
+import warnings
 
 import torch
 
@@ -10,8 +11,15 @@ from launcher.config import Config, WandbMode
 from launcher.outputs import MetricsFile, NullLogger, WandbLogger, write_json_atomic
 
 
+# Printed by every rank of every run on a machine without Transformer Engine or Apex, where
+# megatron-core falls back to torch on purpose (the local layer spec).
+QUIET = r".*(Transformer Engine and Apex are not installed|Apex is not installed|absl.logging is " \
+        r"not installed|MimoModelConfig is experimental).*"
+
+
 def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> dict:
     """The function every rank runs; returns rank 0's summary (other ranks: {})."""
+    warnings.filterwarnings("ignore", message=QUIET)
     on_cpu = device_type == "cpu"
     if on_cpu:
         cpu_compat.activate()  # before megatron is imported
@@ -114,7 +122,8 @@ class _Recorder:
             self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"))
             disabled = cfg.logging.wandb.mode == WandbMode.disabled
             self.logger = NullLogger() if disabled else WandbLogger(
-                cfg.logging.wandb, run_dir, resolved, os.path.basename(run_dir))
+                cfg.logging.wandb, run_dir, resolved,
+                cfg.logging.wandb.name or os.path.basename(run_dir))
 
     def on_step(self, step, loss, grad_norm, seconds):
         self.steps.append({"step": step, "loss": loss, "step_time_s": seconds})

@@ -1,0 +1,151 @@
+"""`launch -m` as a user runs it: a 2 x 2 tiny CPU sweep with one refused cell, its report in a
+real browser, and the same command again (resumable, nothing overwritten)."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+# 8 steps: 2 warmup, then graph cells leave out 1 graph warmup and 1 capture: 4 steady steps.
+SWEEP = ["-m", "+recipe=sweep_tiny_cpu", "sweep.repeats=1", "train.steps=8",
+         "cuda_graph.warmup_steps=1", "sweep.name=smoke"]
+REFUSED = ("true", "full_iteration")
+
+
+def launch_sweep(sweep_dir, *extra):
+    env = dict(os.environ, WANDB_SILENT="true", HOME=str(sweep_dir.parent / "home"))
+    return subprocess.run([str(BIN / "launch"), *SWEEP, *extra, f"hydra.sweep.dir={sweep_dir}"],
+                          capture_output=True, text=True, timeout=900, env=env,
+                          cwd=sweep_dir.parent)
+
+
+def read_csv(sweep_dir):
+    with open(sweep_dir / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    return {(r["fsdp.prefetch_first_param_group"], r["cuda_graph.impl"]): r for r in rows}
+
+
+def summaries(sweep_dir):
+    """Every run's summary.json: path -> (modification time, content)."""
+    return {str(p): (p.stat().st_mtime_ns, p.read_text()) for p in sweep_dir.glob("*/*/*/summary.json")}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    sweep_dir = tmp_path_factory.mktemp("sweep") / "out"
+    proc = launch_sweep(sweep_dir)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc, sweep_dir
+
+
+def test_preflight_lists_every_cell_and_the_refused_one_with_its_reason(sweep):
+    proc, _ = sweep
+    plan = proc.stdout[:proc.stdout.index("refused\n") + 7]  # up to the plan's last line
+    assert "4 cells x 1 repeat(s)" in plan
+    assert plan.count("run 1 of 1 repeat(s)") == 3
+    assert "invalid, will not run: fsdp.prefetch_first_param_group=true cannot be captured" in plan
+    assert "1 refused" in plan
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_results_hold_every_cell(sweep):
+    _, sweep_dir = sweep
+    rows = read_csv(sweep_dir)
+    assert set(rows) == {("true", "none"), ("false", "none"), ("false", "full_iteration"), REFUSED}
+    refused = rows[REFUSED]
+    assert refused["status"] == "invalid" and "set fsdp.prefetch_first_param_group=false" in \
+        refused["reason"]
+    assert not (sweep_dir / refused["cell"]).exists()  # never ran
+    for key in set(rows) - {REFUSED}:
+        row = rows[key]
+        assert row["status"] == "ok" and float(row["tokens_per_s_per_gpu"]) > 0
+        assert row["runs_ok"] == "1/1" and float(row["speedup_ci_low"]) <= float(row["speedup"])
+        assert row["cuda_graph_captured"] == "False"  # a CPU cannot capture
+    assert rows[("true", "none")]["baseline"] == "True"
+    assert rows[("true", "none")]["first_group_prefetches"] == "8"
+    assert rows[("false", "none")]["first_group_prefetches"] == "0"
+    markdown = (sweep_dir / "results.md").read_text()
+    assert "ok (CUDA graph not captured: ran eagerly)" in markdown
+    assert markdown.count("\n| prefetch_first_param_group=") == 4
+
+
+def test_runs_are_grouped_and_tagged_for_wandb(sweep):
+    _, sweep_dir = sweep
+    row = read_csv(sweep_dir)[("false", "full_iteration")]
+    run = sweep_dir / row["cell"] / "repeat0" / "attempt0"
+    wandb_cfg = json.loads((run / "summary.json").read_text())["config"]["logging"]["wandb"]
+    assert wandb_cfg["group"] == "smoke"
+    assert wandb_cfg["tags"] == ["fsdp.prefetch_first_param_group=false",
+                                 "cuda_graph.impl=full_iteration"]
+    assert list(run.glob("wandb/offline-run-*/run-*.wandb"))
+    # the results table, logged once at the end, in the sweep's own wandb run
+    tables = list(sweep_dir.glob("wandb/offline-run-*/files/media/table/sweep/results_*.table.json"))
+    assert len(tables) == 1
+    table = json.loads(tables[0].read_text())
+    assert len(table["data"]) == 4 and "status" in table["columns"]
+
+
+def test_report_renders_in_a_real_browser(sweep, tmp_path):
+    _, sweep_dir = sweep
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("chromium not found: `make test` installs Debian's chromium package")
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]
+    page = (sweep_dir / "report.html").as_uri()
+    shot = tmp_path / "shot.png"
+    subprocess.run([*flags, "--window-size=1400,2400", f"--screenshot={shot}", page],
+                   capture_output=True, timeout=120, check=True)
+    dom = subprocess.run([*flags, "--dump-dom", page], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    from matplotlib import image
+
+    pixels = image.imread(shot)[..., :3]
+    assert pixels.shape[:2] == (2400, 1400)
+    assert (pixels.std(axis=(0, 1)) > 0.05).all()  # not a blank page
+    assert len(np.unique((pixels * 255).astype(int).reshape(-1, 3), axis=0)) > 50  # charts
+    for row in read_csv(sweep_dir).values():
+        assert f'data-cell="{row["cell"]}"' in dom  # a table row per cell
+        assert row["label"] in dom
+    assert dom.count("<svg") >= 1 and "tokens/s/GPU (median, 95% CI)" in dom  # axis labels
+    assert "Step-time distribution per cell" in dom and "Peak memory per cell" in dom
+
+
+def test_same_command_again_runs_nothing_and_overwrites_no_run(sweep):
+    _, sweep_dir = sweep
+    before = summaries(sweep_dir)
+    proc = launch_sweep(sweep_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "0 runs to do, 3 already ok" in proc.stdout
+    assert "Launching" not in proc.stdout + proc.stderr
+    assert summaries(sweep_dir) == before
+
+
+def test_interrupted_run_is_reported_then_rerun_alone(sweep):
+    """A run killed before its summary: launch-report says so; the same command reruns only it,
+    into a new attempt directory."""
+    _, sweep_dir = sweep
+    cell = read_csv(sweep_dir)[("false", "none")]["cell"]
+    (sweep_dir / cell / "repeat0" / "attempt0" / "summary.json").unlink()
+    report = subprocess.run([str(BIN / "launch-report"), str(sweep_dir)], capture_output=True,
+                            text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert read_csv(sweep_dir)[("false", "none")]["status"] == "interrupted"
+    before = summaries(sweep_dir)
+    proc = launch_sweep(sweep_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 runs to do, 2 already ok" in proc.stdout
+    after = summaries(sweep_dir)
+    assert {p: v for p, v in after.items() if p in before} == before
+    assert [Path(p).parent.name for p in set(after) - set(before)] == ["attempt1"]
+    assert read_csv(sweep_dir)[("false", "none")]["status"] == "ok"

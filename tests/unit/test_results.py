@@ -1,0 +1,104 @@
+"""A sweep's results read back from disk: statuses, failure classes, speedups, the tables."""
+
+import csv
+import json
+
+import pytest
+
+from launcher.failures import classify_failure, excerpt
+from launcher.results import collect, write_tables
+from launcher.sweep_plan import Cell, Plan
+
+KEYS = ["fsdp.prefetch_first_param_group"]
+
+
+def summary(step_ms, status="ok"):
+    """What a run's summary.json holds (the fields the results read)."""
+    if status != "ok":
+        return {"status": status, "message": f"{status} happened", "log_excerpt": "last lines"}
+    return {"status": "ok", "world_size": 2, "tokens_per_step": 1000, "flops_per_step": 4e12,
+            "peak_flops": None, "device": "cpu", "backend": "gloo",
+            "config": {"cuda_graph": {"impl": "none"}, "train": {"precision": "fp32"}},
+            "steady_state_step_times_s": [t / 1e3 for t in step_ms],
+            "metrics": {"peak_memory_bytes": 3 * 2**20, "cuda_graph_captured": False,
+                        "first_group_prefetches": 5, "final_loss": 2.0}}
+
+
+def write_run(sweep_dir, cell, repeat, attempt, content):
+    folder = sweep_dir / cell / f"repeat{repeat}" / f"attempt{attempt}"
+    folder.mkdir(parents=True)
+    if content is not None:
+        (folder / "summary.json").write_text(json.dumps(content))
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    cells = [Cell(name, f"prefetch={value}", {KEYS[0]: value}, [], valid, reason)
+             for name, value, valid, reason in [
+                 ("base", "true", True, ""), ("fast", "false", True, ""),
+                 ("oomcell", "a", True, ""), ("halfway", "b", True, ""),
+                 ("refused", "c", False, "fsdp.x=1 cannot ...; set fsdp.x=0")]]
+    plan = Plan("demo", str(tmp_path), KEYS, 2, 0, "base", "demo", cells)
+    steps = [100.0, 101.0, 99.0, 100.5, 99.5] * 4
+    for repeat in range(2):
+        write_run(tmp_path, "base", repeat, 0, summary(steps))
+        write_run(tmp_path, "fast", repeat, 0, summary([t / 2 for t in steps]))
+    write_run(tmp_path, "oomcell", 0, 0, summary(steps))
+    write_run(tmp_path, "oomcell", 1, 0, summary(None, status="oom"))
+    write_run(tmp_path, "halfway", 0, 0, summary(None, status="error"))  # failed, then retried:
+    write_run(tmp_path, "halfway", 0, 1, summary(steps))
+    write_run(tmp_path, "halfway", 1, 0, None)  # started, killed before its summary
+    return plan
+
+
+def test_rows_say_what_happened_to_every_cell(sweep):
+    rows = {r["cell"]: r for r in collect(sweep).rows}
+    assert {c: r["status"] for c, r in rows.items()} == {
+        "base": "ok", "fast": "ok", "oomcell": "oom", "halfway": "interrupted", "refused": "invalid"}
+    assert rows["oomcell"]["reason"] == "oom happened"
+    assert rows["oomcell"]["log_excerpt"] == "last lines"
+    assert rows["oomcell"]["runs_ok"] == "1/2" and rows["halfway"]["runs_ok"] == "1/2"
+    assert rows["refused"]["reason"].endswith("set fsdp.x=0")
+    assert "attempt1" in rows["halfway"]["run_dirs"]  # the ok retry is the one that counts
+
+
+def test_throughput_and_speedup_against_the_baseline(sweep):
+    rows = {r["cell"]: r for r in collect(sweep).rows}
+    base, fast = rows["base"], rows["fast"]
+    # 1000 tokens per step over 2 ranks at a median of 100 ms: 5000 tokens/s/GPU.
+    assert base["tokens_per_s_per_gpu"] == pytest.approx(5000)
+    assert base["step_time_ms_p50"] == pytest.approx(100)
+    assert base["tflops_per_gpu"] == pytest.approx(4e12 / 0.1 / 2 / 1e12)
+    assert base["mfu"] is None and base["peak_memory_mib"] == 3
+    assert base["speedup"] == 1.0 and base["within_noise"]
+    assert fast["speedup"] == pytest.approx(2.0, rel=0.01) and not fast["within_noise"]
+    assert fast["speedup_ci_low"] < 2.0 < fast["speedup_ci_high"]
+
+
+def test_tables_hold_every_cell_with_its_swept_value(sweep):
+    results = collect(sweep)
+    write_tables(results, sweep.sweep_dir)
+    with open(f"{sweep.sweep_dir}/results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["cell"] for r in rows] == ["base", "fast", "oomcell", "halfway", "refused"]
+    assert [r[KEYS[0]] for r in rows] == ["true", "false", "a", "b", "c"]
+    markdown = open(f"{sweep.sweep_dir}/results.md").read()
+    assert "prefetch=true (baseline)" in markdown and "| invalid |" in markdown
+    assert "2.00" in markdown  # the fast cell's speedup
+
+
+@pytest.mark.parametrize("exitcode,text,status", [
+    (-9, "", "rank_died"),
+    (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "oom"),
+    (1, "RuntimeError: operation not permitted when stream is capturing", "cuda_graph_capture_error"),
+    (1, "FloatingPointError: loss is non-finite at step 3", "nan"),
+    (1, "torch.distributed.DistBackendError: Watchdog caught collective operation timeout", "timeout"),
+    (1, "ValueError: something else", "error"),
+])
+def test_failures_are_classified(exitcode, text, status):
+    assert classify_failure(exitcode, text) == status
+
+
+def test_excerpt_keeps_the_last_lines():
+    text = "\n".join(f"line {i}" for i in range(20))
+    assert excerpt(text, max_lines=3) == "line 17\nline 18\nline 19"

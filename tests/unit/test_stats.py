@@ -1,0 +1,61 @@
+"""Sweep statistics on synthetic samples whose true answers are known."""
+
+import numpy as np
+import pytest
+
+from launcher import stats
+
+
+def repeats(rng, center, spread=0.03, num_repeats=3, steps=30):
+    """Per-step tokens/s of `num_repeats` runs: center x (1 + relative noise)."""
+    return [center * (1 + spread * rng.standard_normal(steps)) for _ in range(num_repeats)]
+
+
+def test_median_of_pooled_repeats_and_an_interval_around_it():
+    median, low, high = stats.median_ci([[1.0, 2.0, 3.0], [4.0, 5.0]])
+    assert median == 3.0
+    assert 1.0 <= low <= median <= high <= 5.0
+
+
+def test_the_interval_covers_the_true_ratio_in_most_trials():
+    # True ratio 1.2 between two noisy cells; a 95% interval should cover it in most of 40 trials.
+    covered = 0
+    for trial in range(40):
+        rng = np.random.default_rng(trial)
+        ratio, low, high, noise = stats.speedup_ci(repeats(rng, 1200.0), repeats(rng, 1000.0),
+                                                   seed=trial)
+        covered += low <= 1.2 <= high
+        assert not noise and low < ratio < high
+    assert covered >= 34  # binomial(40, 0.95) falls below 34 with probability < 0.1%
+
+
+def test_same_distribution_is_within_noise():
+    rng = np.random.default_rng(7)
+    ratio, low, high, noise = stats.speedup_ci(repeats(rng, 1000.0), repeats(rng, 1000.0))
+    assert noise and low < 1.0 < high
+    assert ratio == pytest.approx(1.0, abs=0.03)
+
+
+def test_noise_flag_flips_between_a_tiny_and_a_clear_speedup():
+    rng = np.random.default_rng(3)
+    base, shape = repeats(rng, 1000.0), repeats(rng, 1.0)
+    flags = {factor: stats.speedup_ci([factor * 1000.0 * r for r in shape], base)[3]
+             for factor in (1.0, 1.002, 1.1, 0.9)}
+    assert flags == {1.0: True, 1.002: True, 1.1: False, 0.9: False}
+
+
+def test_the_cell_against_itself_is_exactly_one():
+    rng = np.random.default_rng(0)
+    cell = repeats(rng, 500.0)
+    ratio, _, _, noise = stats.speedup_ci(cell, cell)
+    assert ratio == 1.0 and noise
+
+
+def test_repeat_to_repeat_drift_widens_the_interval():
+    # Same steps, but the repeats disagree: resampling repeats must show that uncertainty.
+    rng = np.random.default_rng(1)
+    steady = [1000.0 * (1 + 0.01 * rng.standard_normal(30)) for _ in range(3)]
+    drifting = [r * f for r, f in zip(steady, (0.9, 1.0, 1.1))]
+    _, low_s, high_s = stats.median_ci(steady)
+    _, low_d, high_d = stats.median_ci(drifting)
+    assert high_d - low_d > 3 * (high_s - low_s)

@@ -1,0 +1,114 @@
+"""A sweep's plan through Hydra's real compose: the grid, the pre-flight reasons, cell ids."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from hydra import initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
+
+from launcher.cli import register_configs
+from launcher.config import ConfigError
+from launcher.sweep_plan import SweepError, build_plan
+
+register_configs()
+RECIPE = "+recipe=sweep_tiny_cpu"
+
+
+def plan_for(*command_line):
+    """The plan `launch -m RECIPE *command_line` makes, through Hydra's own config loader in
+    multirun mode (as `launch -m` calls it): the recipe's grid, then the command line."""
+    with initialize_config_module(config_module="launcher.conf", version_base=None):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", [RECIPE, *command_line], RunMode.MULTIRUN)
+        params = [f"{k}={v}" for k, v in master.hydra.sweeper.params.items()]
+        return build_plan(master, lambda overrides: loader.load_sweep_config(master, overrides),
+                          [*params, RECIPE, *command_line], loader)
+
+
+def by_values(plan):
+    return {tuple(c.values.values()): c for c in plan.cells}
+
+
+def test_recipe_grid_has_four_cells_one_refused_with_its_reason():
+    plan = plan_for()
+    assert plan.keys == ["fsdp.prefetch_first_param_group", "cuda_graph.impl"]
+    cells = by_values(plan)
+    assert sorted(cells) == [("false", "full_iteration"), ("false", "none"),
+                             ("true", "full_iteration"), ("true", "none")]
+    refused = cells[("true", "full_iteration")]
+    assert not refused.valid
+    assert "cannot be captured" in refused.reason
+    assert "set fsdp.prefetch_first_param_group=false" in refused.reason
+    assert all(c.valid for v, c in cells.items() if v != ("true", "full_iteration"))
+    assert plan.baseline == cells[("true", "none")].id and plan.repeats == 2
+
+
+def test_cell_ids_are_stable_and_unique():
+    first, second = plan_for(), plan_for()
+    assert [c.id for c in first.cells] == [c.id for c in second.cells]
+    assert len({c.id for c in first.cells}) == 4
+
+
+def test_cell_ids_are_the_same_in_another_process():
+    code = ("import sys; sys.path.insert(0, 'tests/unit'); from test_sweep_plan import plan_for; "
+            "print(' '.join(c.id for c in plan_for().cells))")
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True).stdout.split()
+    assert out == [c.id for c in plan_for().cells]
+
+
+def test_cell_ids_change_with_what_is_measured_only():
+    ids = {c.id for c in plan_for().cells}
+    assert not ids & {c.id for c in plan_for("model.hidden_size=128").cells}
+    assert not ids & {c.id for c in plan_for("train.steps=13").cells}
+    # sweep and logging settings do not change what a run measures
+    assert ids == {c.id for c in plan_for("sweep.repeats=5", "logging.wandb.tags=[a]").cells}
+
+
+def test_command_line_value_replaces_the_recipe_grid_for_that_key():
+    plan = plan_for("cuda_graph.impl=none")
+    assert plan.keys == ["fsdp.prefetch_first_param_group"]
+    assert sorted(by_values(plan)) == [("false",), ("true",)]
+
+
+def test_command_line_grid_replaces_the_recipe_grid():
+    plan = plan_for("fsdp.prefetch_first_param_group=false", "~sweep.baseline.fsdp")
+    assert [c.values for c in plan.cells] == [
+        {"cuda_graph.impl": "none"}, {"cuda_graph.impl": "full_iteration"}]
+    assert all(c.valid for c in plan.cells)
+
+
+def test_baseline_naming_a_key_the_command_line_fixed_must_match_it():
+    assert plan_for("cuda_graph.impl=none").baseline  # the recipe's baseline says impl none too
+    with pytest.raises(ConfigError, match=r"sweep.baseline wants cuda_graph.impl=none, but the "
+                                          r"sweep fixes cuda_graph.impl=full_iteration; sweep "
+                                          r"cuda_graph.impl or drop it from the baseline "
+                                          r"\(~sweep.baseline.cuda_graph.impl\)"):
+        plan_for("cuda_graph.impl=full_iteration")
+    plan = plan_for("cuda_graph.impl=full_iteration", "~sweep.baseline.cuda_graph.impl",
+                    "sweep.baseline.fsdp.prefetch_first_param_group=false")
+    assert plan.cell(plan.baseline).values == {"fsdp.prefetch_first_param_group": "false"}
+
+
+def test_baseline_naming_an_unknown_key_is_refused():
+    with pytest.raises(ConfigError, match=r"sweep.baseline names model.hidden_sise, which is not "
+                                          r"a config key; use swept keys only"):
+        plan_for("+sweep.baseline.model.hidden_sise=64")
+
+
+def test_baseline_on_an_invalid_cell_is_refused():
+    with pytest.raises(ConfigError, match=r"is an invalid cell .*pick a valid cell as baseline"):
+        plan_for("sweep.baseline.cuda_graph.impl=full_iteration")
+
+
+@pytest.mark.parametrize("override,match", [
+    ("sweep.repeats=1,2", r"sweep.repeats cannot be swept .*give it one value"),
+    ("train.lr=interval(0.1,0.2)", r"train.lr: only lists of values can be swept"),
+])
+def test_grids_that_cannot_be_swept(override, match):
+    with pytest.raises(SweepError, match=match):
+        plan_for(override)
