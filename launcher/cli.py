@@ -5,6 +5,7 @@ which validates the whole grid first; each of its jobs comes back here as one ru
 Importing this module imports hydra and omegaconf only: `launch --cfg job` never imports torch.
 """
 
+import os
 import sys
 from importlib import resources
 
@@ -12,7 +13,8 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.config import Config, ConfigError
+from launcher import ranks
+from launcher.config import Config, ConfigError, check_world_size
 
 _exit_code = [0]  # set by a run or a sweep; Hydra's own errors leave through SystemExit(1)
 
@@ -48,6 +50,8 @@ def _main(composed: DictConfig) -> None:
     run_dir = HydraConfig.get().runtime.output_dir
     try:
         cfg = to_config(composed)
+        if not ranks.external_starter():  # else the rank checks the world it was given
+            check_world_size(cfg, cfg.runtime.world_size)
     except ConfigError as err:
         return refuse(err, run_dir)
     from launcher.spawn import run
@@ -55,7 +59,7 @@ def _main(composed: DictConfig) -> None:
     resolved = OmegaConf.to_container(composed, resolve=True)
     try:
         set_exit_code(run(cfg, resolved, run_dir))
-    except ConfigError as err:  # a check that needs torch (a CUDA device asked for, none seen)
+    except ConfigError as err:  # a CUDA device asked for and none seen; a starter's world
         refuse(err, run_dir)
 
 
@@ -74,6 +78,10 @@ def refuse(err: ConfigError, run_dir: str) -> None:
 
 def main() -> None:
     register_configs()
+    if ranks.external_starter() == "torchrun" and os.environ["RANK"] != "0":
+        # torchrun runs `launch` once per rank: rank 0's Hydra keeps the config snapshot and the
+        # log; the others write nothing that could clash with it.
+        sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=none"]
     try:
         _main()
     except SystemExit as exit_:

@@ -3,8 +3,9 @@
 Hydra composes a writable copy of `Config` (registered in the ConfigStore as the schema of
 conf/config.yaml); `to_config` turns the composed DictConfig into frozen instances, which runs
 every section's `__post_init__` checks. Rules across sections live in `Config.__post_init__`; rules
-that need the world size live in `check_world_size`. Every rule raises `ConfigError` whose message
-names the dotted key, the bad value and the fix. No rule ever rewrites a setting.
+that need the world size live in `check_world_size`, called where the world is known. Every rule
+raises `ConfigError` whose message names the dotted key, the bad value and the fix. No rule ever
+rewrites a setting.
 """
 
 import re
@@ -280,20 +281,31 @@ class RuntimeConfig:
 
     device: Device = Device.auto
     """auto (cuda when available, else cpu) | cpu | cuda."""
-    nproc_per_node: int = 1
-    """Ranks started on this node (one per GPU)."""
-    nnodes: int = 1
-    """Nodes in the job."""
-    master_port: int = 0
-    """Rendezvous port on this node; 0 picks a free one."""
+    nproc_per_node: Optional[int] = None
+    """Ranks per node (one per GPU). null: 1 when `launch` starts the ranks; what torchrun or
+    Slurm gives when they do (a number here must then match it)."""
+    nnodes: Optional[int] = None
+    """Nodes in the job. null: 1 when `launch` starts the ranks; what the starter gives otherwise."""
+    rdzv_endpoint: Optional[str] = None
+    """HOST:PORT of the c10d rendezvous, the same on every node (torchrun's --rdzv-endpoint);
+    needed when runtime.nnodes > 1. null on one node: a free port on 127.0.0.1."""
 
     def __post_init__(self):
-        _positive("runtime.nproc_per_node", self.nproc_per_node)
-        _positive("runtime.nnodes", self.nnodes)
+        for key in ("nproc_per_node", "nnodes"):
+            if getattr(self, key) is not None:
+                _positive(f"runtime.{key}", getattr(self, key))
+        if self.rdzv_endpoint is not None and not re.fullmatch(r"[^:\s]+:\d{1,5}",
+                                                                self.rdzv_endpoint):
+            raise ConfigError(f"runtime.rdzv_endpoint={self.rdzv_endpoint} is not HOST:PORT; "
+                              "set it like runtime.rdzv_endpoint=node001:29500")
+        if (self.nnodes or 1) > 1 and self.rdzv_endpoint is None:
+            raise ConfigError(f"runtime.nnodes={self.nnodes} needs a rendezvous every node can "
+                              "reach; set runtime.rdzv_endpoint=HOST:PORT (the same on every node)")
 
     @property
     def world_size(self) -> int:
-        return self.nproc_per_node * self.nnodes
+        """The world `launch` itself starts (elastic launch on each of nnodes nodes)."""
+        return (self.nproc_per_node or 1) * (self.nnodes or 1)
 
 
 @dataclass
@@ -358,7 +370,6 @@ class Config:
                 f"{excluded} excluded (train.warmup_steps, plus CUDA-graph warmup and capture); "
                 f"set train.steps above {excluded}"
             )
-        check_world_size(self, self.runtime.world_size)
 
     @property
     def excluded_steps(self) -> int:
@@ -367,13 +378,19 @@ class Config:
         return self.train.warmup_steps + graph
 
 
-def check_world_size(cfg: Config, world_size: int) -> int:
-    """Checks the parallel sizes against a world size; returns the data-parallel size."""
+LAUNCH_WORLD = "runtime.nproc_per_node x runtime.nnodes"
+
+
+def check_world_size(cfg: Config, world_size: int, source: str = LAUNCH_WORLD) -> int:
+    """Checks the parallel sizes against the world size that `source` gives (the runtime
+    section, a Slurm launcher's tasks, or the world torchrun started); returns the data-parallel
+    size. Called where the world is known: before `launch` spawns, in a sweep's pre-flight, and in
+    a rank that another starter started, before training."""
     mp = cfg.parallel.model_parallel_size
     if world_size % mp:
         raise ConfigError(
-            f"world size {world_size} (runtime.nproc_per_node x runtime.nnodes) is not divisible "
-            f"by tp x pp x cp = {mp}; change runtime.nproc_per_node or the parallel sizes"
+            f"world size {world_size} ({source}) is not divisible by tp x pp x cp = {mp}; "
+            f"change {source} or the parallel sizes"
         )
     dp = world_size // mp
     step = cfg.train.micro_batch_size * dp

@@ -1,18 +1,28 @@
-"""Starts a run's ranks in fresh processes with torch's elastic launch API (as torchrun does)."""
+"""Starts a run's ranks, or runs this process's rank when another starter already started it.
+
+`launch` on its own: every rank of this node in a fresh process, through torch's elastic launch
+API (as torchrun does); with runtime.nnodes > 1 each node's `launch` joins the c10d rendezvous at
+runtime.rdzv_endpoint. Under torchrun or Slurm (submitit) this process is one rank: it trains in
+place. Either way the global rank 0 alone writes summary.json.
+"""
 
 import os
-import sys
 import socket
+import sys
+import traceback
 import uuid
 
 import torch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from launcher.config import Config, ConfigError, Device
+from launcher import ranks
+from launcher.config import Config, ConfigError, Device, check_world_size
 from launcher.failures import classify_failure, excerpt
 from launcher.outputs import write_json_atomic
 from launcher.worker import run_rank
+
+RDZV_ID = "mfsdp-launcher"  # the same on every node of a multi-node job, as torchrun's default
 
 
 def resolve_device(device: Device) -> str:
@@ -31,31 +41,68 @@ def free_port() -> int:
 
 
 def run(cfg: Config, resolved: dict, run_dir: str) -> int:
-    """Runs every rank; writes summary.json (rank 0's, or the failure). Returns the exit code."""
-    if cfg.runtime.nnodes != 1:
-        print("error: runtime.nnodes>1 is not supported yet; set runtime.nnodes=1", file=sys.stderr)
-        return 2
-    device_type = resolve_device(cfg.runtime.device)
-    port = cfg.runtime.master_port or free_port()
+    """Runs the job's ranks (or this one); returns the exit code. ConfigError: refused input."""
+    starter = ranks.external_starter()
+    if starter:
+        return run_this_rank(cfg, resolved, run_dir, starter)
+    return launch_ranks(cfg, resolved, run_dir, resolve_device(cfg.runtime.device))
+
+
+def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> int:
+    runtime = cfg.runtime
+    nnodes = runtime.nnodes or 1
     launch_config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=cfg.runtime.nproc_per_node,
-        run_id=uuid.uuid4().hex, rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{port}",
+        min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=runtime.nproc_per_node or 1,
+        run_id=RDZV_ID if nnodes > 1 else uuid.uuid4().hex, rdzv_backend="c10d",
+        rdzv_endpoint=runtime.rdzv_endpoint or f"127.0.0.1:{free_port()}",
         max_restarts=0, monitor_interval=0.5, start_method="spawn",
     )
-    summary_path = os.path.join(run_dir, "summary.json")
     try:
         results = elastic_launch(launch_config, run_rank)(cfg, resolved, run_dir, device_type)
     except ChildFailedError as err:
-        failure = failure_summary(err)
-        write_json_atomic(summary_path, {**failure, "config": resolved})
-        print(f"error: rank {failure['failed_rank']} failed ({failure['status']}): "
-              f"{failure['message']} (full log above; summary in {summary_path})", file=sys.stderr)
-        return 1
-    write_json_atomic(summary_path, results[0])
-    m = results[0]["metrics"]
+        return report_failure(failure_summary(err), resolved, run_dir, write=nnodes == 1
+                              or 0 in err.failures)
+    if 0 not in results:  # another node holds global rank 0 and writes the summary
+        print(f"[launch] ok: ranks {sorted(results)} of this node finished; the node of rank 0 "
+              "writes the summary", flush=True)
+        return 0
+    return report_ok(results[0], run_dir)
+
+
+def run_this_rank(cfg: Config, resolved: dict, run_dir: str, starter: str) -> int:
+    """Under torchrun or submitit: this process is one rank. Checks the world it was given."""
+    found = ranks.layout(starter)
+    ranks.check_runtime_matches(cfg.runtime, found)
+    check_world_size(cfg, found.world_size, found.world_source)
+    device_type = resolve_device(cfg.runtime.device)
+    try:
+        summary = run_rank(cfg, resolved, run_dir, device_type)
+    except Exception as err:  # noqa: BLE001  (classified, summarised, one line; not a traceback)
+        text = traceback.format_exc()
+        failure = {"status": classify_failure(1, text), "failed_rank": found.rank, "exitcode": 1,
+                   "message": f"{type(err).__name__}: {err}".splitlines()[0],
+                   "log_excerpt": excerpt(text)}
+        return report_failure(failure, resolved, run_dir, write=found.rank == 0)
+    return report_ok(summary, run_dir) if found.rank == 0 else 0
+
+
+def report_ok(summary: dict, run_dir: str) -> int:
+    write_json_atomic(os.path.join(run_dir, "summary.json"), summary)
+    m = summary["metrics"]
     print(f"[launch] ok: {m['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, "
-          f"first_group_prefetches={m['first_group_prefetches']}, outputs in {run_dir}")
+          f"first_group_prefetches={m['first_group_prefetches']}, outputs in {run_dir}",
+          flush=True)
     return 0
+
+
+def report_failure(failure: dict, resolved: dict, run_dir: str, write: bool) -> int:
+    summary_path = os.path.join(run_dir, "summary.json")
+    if write:
+        write_json_atomic(summary_path, {**failure, "config": resolved})
+    where = f"summary in {summary_path}" if write else "the node of rank 0 writes the summary"
+    print(f"error: rank {failure['failed_rank']} failed ({failure['status']}): "
+          f"{failure['message']} (full log above; {where})", file=sys.stderr)
+    return 1
 
 
 def failure_summary(err: ChildFailedError) -> dict:

@@ -18,7 +18,8 @@ from typing import Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from launcher.config import ConfigError, SweepConfig
+from launcher import ranks
+from launcher.config import Config, ConfigError, SweepConfig, check_world_size
 
 PLAN_FILE = "plan.json"
 UNMEASURED = ("sweep", "logging")  # sections left out of a cell's id
@@ -129,8 +130,29 @@ def swept_values(composed: DictConfig, choices: dict, keys: List[str]) -> Dict[s
     return values
 
 
+def check_launcher(launcher: DictConfig) -> None:
+    """A Slurm launcher must start one task per GPU: each task is one rank."""
+    gpus, tasks = launcher.get("gpus_per_node"), launcher.get("tasks_per_node")
+    if "submitit" in str(launcher.get("_target_", "")) and gpus and gpus != tasks:
+        raise SweepError(f"hydra.launcher.tasks_per_node={tasks} with hydra.launcher.gpus_per_node="
+                         f"{gpus}: each GPU needs its own task (one rank per GPU); set "
+                         f"hydra.launcher.tasks_per_node={gpus}")
+
+
+def check_cell_world(cfg: Config, launcher: DictConfig) -> None:
+    """The parallel sizes against the world each job will get: a submitit launcher's tasks, or
+    else what `launch` starts from the runtime section."""
+    if "submitit" not in str(launcher.get("_target_", "")):
+        check_world_size(cfg, cfg.runtime.world_size)
+        return
+    local = int(launcher.tasks_per_node)
+    planned = ranks.Layout("submitit", 0, 0, local * int(launcher.nodes), local, "", 0)
+    ranks.check_runtime_matches(cfg.runtime, planned)
+    check_world_size(cfg, planned.world_size, planned.world_source)
+
+
 def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
-                 keys: List[str]) -> tuple:
+                 keys: List[str], launcher: DictConfig) -> tuple:
     """(resolved dict or None, swept values, reason or ""): the cell as its job will see it."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -145,7 +167,8 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
     values = swept_values(composed, choices, keys)
     resolved = OmegaConf.to_container(composed, resolve=True, enum_to_str=True)
     try:
-        OmegaConf.to_object(composed)  # every __post_init__ rule, as the job will run them
+        # every __post_init__ rule as the job will run them, then the world it will get
+        check_cell_world(OmegaConf.to_object(composed), launcher)
     except ConfigError as err:
         return resolved, values, str(err)
     return resolved, values, ""
@@ -165,11 +188,12 @@ def label(values: Dict[str, str]) -> str:
 def build_plan(master: DictConfig, load, arguments: List[str], config_loader=None) -> Plan:
     """Expands and validates the whole grid; raises SweepError/ConfigError for the sweep as a whole."""
     sweep: SweepConfig = OmegaConf.to_object(master.sweep)
+    check_launcher(master.hydra.launcher)
     keys, grid = expand_grid(arguments, config_loader)
     sweep_dir = str(master.hydra.sweep.dir)
     cells, seen = [], {}
     for overrides in grid:
-        resolved, values, reason = compose_cell(load, overrides, keys)
+        resolved, values, reason = compose_cell(load, overrides, keys, master.hydra.launcher)
         ident = cell_id(resolved) if resolved else hashlib.sha256(
             "\n".join(overrides).encode()).hexdigest()[:10]
         if not reason and ident in seen:

@@ -2,11 +2,12 @@
 
 import os
 import resource
+import socket
 import warnings
 
 import torch
 
-from launcher import cpu_compat, metrics
+from launcher import cpu_compat, metrics, ranks
 from launcher.config import Config, WandbMode
 from launcher.outputs import MetricsFile, NullLogger, WandbLogger, write_json_atomic
 
@@ -23,15 +24,29 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> dic
     on_cpu = device_type == "cpu"
     if on_cpu:
         cpu_compat.activate()  # before megatron is imported
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
+    me = ranks.layout()
     if not on_cpu:
-        torch.cuda.set_device(local_rank)
+        torch.cuda.set_device(me.local_rank)
     torch.distributed.init_process_group("gloo" if on_cpu else "nccl")
     try:
-        return _train(cfg, resolved, run_dir, rank, world_size, on_cpu)
+        summary = _train(cfg, resolved, run_dir, me.rank, me.world_size, on_cpu)
+        # No rank tears its connections down while another is still in a collective (gloo
+        # aborts the late rank with SIGABRT when its peer's sockets close under it).
+        torch.distributed.barrier()
+        return summary
     finally:
         torch.distributed.destroy_process_group()
+
+
+def gather_devices(on_cpu: bool) -> dict:
+    """{host: [device of each of its ranks]}, gathered from every rank (the job's host list)."""
+    mine = (socket.gethostname(), "cpu" if on_cpu else torch.cuda.get_device_name())
+    everyone = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(everyone, mine)
+    devices = {}
+    for host, device in everyone:
+        devices.setdefault(host, []).append(device)
+    return devices
 
 
 def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
@@ -68,10 +83,12 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
         forward_backward = FullCudaGraphWrapper(get_forward_backward_func(),
                                                 cuda_graph_warmup_steps=cfg.cuda_graph.warmup_steps)
 
+    devices = gather_devices(on_cpu)
     writer = _Recorder(cfg, resolved, run_dir, rank, world_size, on_cpu)
     if rank == 0:
-        name = torch.cuda.get_device_name() if not on_cpu else "cpu"
-        print(f"[launch] {name} x{world_size}, {type(model).__name__} "
+        hosts = f" on {len(devices)} hosts" if len(devices) > 1 else ""
+        print(f"[launch] {devices[socket.gethostname()][0]} x{world_size}{hosts}, "
+              f"{type(model).__name__} "
               f"({cfg.fsdp.sharding_strategy.value}), "
               f"prefetch_first_param_group={cfg.fsdp.prefetch_first_param_group}, "
               f"cuda_graph.impl={cfg.cuda_graph.impl.value}"
@@ -85,8 +102,11 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
         writer.close()
     # megatron.core.__version__ appends the git hash of the *current directory's* repository.
     mcore_version = version("megatron-core")
-    return writer.summary(counter.count, captured, type(model).__name__, mcore_version,
-                          local_shard_numel(model)) if rank == 0 else {}
+    if rank != 0:
+        return {}
+    summary = writer.summary(counter.count, captured, type(model).__name__, mcore_version,
+                             local_shard_numel(model))
+    return {**summary, "hosts": list(devices), "devices_by_host": devices}
 
 
 def local_shard_numel(model) -> int:

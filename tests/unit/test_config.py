@@ -5,7 +5,7 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 
 from launcher.cli import register_configs, to_config
-from launcher.config import ConfigError
+from launcher.config import ConfigError, check_world_size
 
 register_configs()
 
@@ -41,13 +41,8 @@ RULES = [
     (["fsdp.prefetch_first_param_group=false", "cuda_graph=full_iteration",
       "cuda_graph.modules=[attn]"],
      r"cuda_graph.modules=\[attn\] must be empty with cuda_graph.impl=full_iteration"),
-    (["train.global_batch_size=8", "train.micro_batch_size=2", "runtime.nproc_per_node=3"],
-     r"train.global_batch_size=8 is not divisible by train.micro_batch_size x data-parallel "
-     r"size = 2 x 3"),
     (["model.num_attention_heads=4", "parallel.tensor_model_parallel_size=3"],
      r"model.num_attention_heads=4 is not divisible by parallel.tensor_model_parallel_size=3"),
-    (["runtime.nproc_per_node=3", "parallel.pipeline_model_parallel_size=2"],
-     r"world size 3 .* is not divisible by tp x pp x cp = 2"),
     (["train.global_batch_size=7"], r"train.global_batch_size=7 is not divisible by "
                                     r"train.micro_batch_size=2"),
     (["fsdp.overlap_param_gather=false", "fsdp.prefetch_first_param_group=false"],
@@ -63,7 +58,30 @@ RULES = [
     (["train.steps=0"], r"train.steps=0 must be at least 1"),
     (["+recipe=gpt", "train.steps=5"], r"train.lr_warmup_steps=10 must be below train.steps=5"),
     (["train.steps=2"], r"train.steps=2 leaves no steady-state step after the 2 excluded"),
+    (["runtime.nnodes=2"], r"runtime.nnodes=2 needs a rendezvous every node can reach; set "
+                           r"runtime.rdzv_endpoint=HOST:PORT"),
+    (["runtime.rdzv_endpoint=node1"], r"runtime.rdzv_endpoint=node1 is not HOST:PORT"),
+    (["runtime.nproc_per_node=0"], r"runtime.nproc_per_node=0 must be at least 1"),
 ]
+
+WORLD_RULES = [
+    (["train.global_batch_size=8", "train.micro_batch_size=2", "runtime.nproc_per_node=3"],
+     r"train.global_batch_size=8 is not divisible by train.micro_batch_size x data-parallel "
+     r"size = 2 x 3; set train.global_batch_size to a multiple of 6"),
+    (["runtime.nproc_per_node=3", "parallel.pipeline_model_parallel_size=2"],
+     r"world size 3 \(runtime.nproc_per_node x runtime.nnodes\) is not divisible by tp x pp x cp "
+     r"= 2; change runtime.nproc_per_node x runtime.nnodes or the parallel sizes"),
+    (["runtime.nproc_per_node=2", "runtime.nnodes=2", "runtime.rdzv_endpoint=h:1",
+      "parallel.tensor_model_parallel_size=3", "model.num_attention_heads=6",
+      "model.hidden_size=66"], r"world size 4 .* is not divisible by tp x pp x cp = 3"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", WORLD_RULES, ids=[r[1][:40] for r in WORLD_RULES])
+def test_world_size_rule(overrides, message):
+    cfg = make(*overrides)  # valid on its own: the world size is checked where it is known
+    with pytest.raises(ConfigError, match=message):
+        check_world_size(cfg, cfg.runtime.world_size)
 
 
 @pytest.mark.parametrize("overrides,message", RULES, ids=[r[1][:40] for r in RULES])

@@ -112,3 +112,29 @@ def test_baseline_on_an_invalid_cell_is_refused():
 def test_grids_that_cannot_be_swept(override, match):
     with pytest.raises(SweepError, match=match):
         plan_for(override)
+
+
+def test_slurm_preset_needs_one_task_per_gpu():
+    with pytest.raises(SweepError, match=r"hydra.launcher.tasks_per_node=1 with hydra.launcher."
+                                         r"gpus_per_node=8: each GPU needs its own task .*set "
+                                         r"hydra.launcher.tasks_per_node=8"):
+        plan_for("hydra/launcher=slurm", "hydra.launcher.tasks_per_node=1")
+
+
+def test_preflight_checks_cells_against_the_submitit_world():
+    # 2 nodes x 3 tasks: 6 data-parallel ranks cannot split a global batch of 8.
+    plan = plan_for("hydra/launcher=submitit_local", "hydra.launcher.nodes=2",
+                    "hydra.launcher.tasks_per_node=3", "~sweep.baseline.fsdp",
+                    "~sweep.baseline.cuda_graph")
+    assert plan.baseline is None and not any(c.valid for c in plan.cells)
+    reasons = {c.reason for c in plan.cells if "cannot be captured" not in c.reason}
+    assert reasons == {"train.global_batch_size=8 is not divisible by train.micro_batch_size x "
+                       "data-parallel size = 2 x 6; set train.global_batch_size to a multiple of 12"}
+
+
+def test_preflight_refuses_a_runtime_layout_the_launcher_will_not_give():
+    plan = plan_for("hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
+                    "runtime.nproc_per_node=4", "~sweep.baseline.fsdp", "~sweep.baseline.cuda_graph")
+    assert {c.reason for c in plan.cells if "cannot be captured" not in c.reason} == {
+        "runtime.nproc_per_node=4, but submitit started 2 (hydra.launcher.nodes x "
+        "hydra.launcher.tasks_per_node); set runtime.nproc_per_node=2 or null"}
