@@ -62,17 +62,25 @@ def print_plan(plan: Plan, rounds: list) -> None:
 
 
 def record_crash(folder: str, job_return) -> None:
-    """A job that raised before its spawner wrote a summary still leaves a classified one."""
+    """A job that failed without a summary (it raised before its spawner wrote one, or its
+    launcher lost it: a Slurm job killed) still leaves a classified one."""
     from hydra.core.utils import JobStatus
 
+    from launcher.failures import classify_failure
     from launcher.outputs import write_json_atomic
 
-    if job_return.status == JobStatus.FAILED and read_summary(folder) is None:
-        os.makedirs(folder, exist_ok=True)
+    if isinstance(job_return, Exception):
+        error = job_return
+    elif job_return.status == JobStatus.FAILED:
         error = job_return._return_value
+    else:
+        return
+    if read_summary(folder) is None:
+        os.makedirs(folder, exist_ok=True)
+        text = f"{type(error).__name__}: {error}"
         write_json_atomic(os.path.join(folder, "summary.json"), {
-            "status": "error", "message": f"{type(error).__name__}: {error}",
-            "log_excerpt": f"{type(error).__name__}: {error}"})
+            "status": classify_failure(1, text), "message": text.splitlines()[0],
+            "log_excerpt": text[-800:]})
 
 
 def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
@@ -102,7 +110,10 @@ def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
         if not round_:
             continue
         batch = [job_overrides(plan, master, cell, r, n) for cell, r, n in round_]
-        returns = launcher.launch(batch, initial_job_idx=job_index)
+        try:
+            returns = launcher.launch(batch, initial_job_idx=job_index)
+        except Exception as err:  # noqa: BLE001  e.g. a Slurm job killed: submitit raises
+            returns = [err] * len(batch)
         job_index += len(batch)
         for (cell, r, n), job_return in zip(round_, returns):
             record_crash(run_dir(plan.sweep_dir, cell.id, r, n), job_return)

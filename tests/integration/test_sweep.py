@@ -149,3 +149,25 @@ def test_interrupted_run_is_reported_then_rerun_alone(sweep):
     assert {p: v for p, v in after.items() if p in before} == before
     assert [Path(p).parent.name for p in set(after) - set(before)] == ["attempt1"]
     assert read_csv(sweep_dir)[("false", "none")]["status"] == "ok"
+
+
+def test_a_cell_refused_at_run_time_does_not_stop_the_others(tmp_path):
+    """runtime.device=cuda passes pre-flight (it needs torch to check) and is refused by its job
+    on a machine without CUDA; the sweep goes on and reports it with the reason."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the cuda cell would run")
+    sweep_dir = tmp_path / "out"
+    env = dict(os.environ, WANDB_SILENT="true", HOME=str(tmp_path / "home"))
+    proc = subprocess.run([str(BIN / "launch"), "-m", "+recipe=tiny_cpu", "train.steps=4",
+                           "runtime.device=cuda,cpu", "logging.wandb.mode=disabled",
+                           f"hydra.sweep.dir={sweep_dir}"], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(sweep_dir / "results.csv") as f:
+        rows = {r["runtime.device"]: r for r in csv.DictReader(f)}
+    assert rows["cuda"]["status"] == "invalid"
+    assert rows["cuda"]["reason"] == ("runtime.device=cuda but no CUDA device is visible; "
+                                      "set runtime.device=cpu or auto")
+    assert rows["cpu"]["status"] == "ok" and rows["cpu"]["baseline"] == "True"
