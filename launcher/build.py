@@ -54,8 +54,8 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
     )
 
 
-def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, on_cpu: bool
-               ) -> DistributedDataParallelConfig:
+def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, check_nan_in_grad: bool,
+               on_cpu: bool) -> DistributedDataParallelConfig:
     """Our fsdp section as megatron-core's DistributedDataParallelConfig for Megatron-FSDP."""
     return DistributedDataParallelConfig(
         use_megatron_fsdp=True,
@@ -69,7 +69,7 @@ def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, on_cpu: bool
         megatron_fsdp_cuda_graph_mode=cuda_graph.enabled,
         # gloo has no PREMUL_SUM, so the fused divide-in-reduce is a NCCL-only option.
         gradient_reduce_div_fusion=not on_cpu,
-        check_for_nan_in_grad=False,
+        check_for_nan_in_grad=check_nan_in_grad,
     )
 
 
@@ -88,12 +88,14 @@ def optimizer_config(train: TrainConfig) -> OptimizerConfig:
     )
 
 
-def init_parallel(parallel: ParallelConfig, seed: int) -> None:
-    """Megatron's process groups and its model-parallel RNG tracker."""
+def init_parallel(parallel: ParallelConfig, seed: int, timeout_s: int) -> None:
+    """Megatron's process groups (with the run's collective timeout) and its model-parallel RNG
+    tracker."""
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
         context_parallel_size=parallel.context_parallel_size,
+        distributed_timeout_minutes=timeout_s / 60,  # timedelta(minutes=...) takes a float
     )
     tensor_parallel.model_parallel_cuda_manual_seed(seed)
 

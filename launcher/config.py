@@ -211,6 +211,12 @@ class TrainConfig:
     """Seed of model init and data."""
     warmup_steps: int = 2
     """Steps excluded from throughput at the start (plus CUDA-graph warmup and capture)."""
+    check_nan_in_grad: bool = False
+    """Megatron-FSDP's check of every gradient bucket before the optimizer step
+    (check_for_nan_in_grad): a host sync per bucket, and not capturable by a CUDA graph. The loss
+    is always checked before the step."""
+    inject_nan_at_step: Optional[int] = None
+    """A test hook: make the loss non-finite at this step, to see the NaN guard stop the run."""
 
     def __post_init__(self):
         for key in ("steps", "micro_batch_size", "global_batch_size"):
@@ -286,11 +292,14 @@ class RuntimeConfig:
     Slurm gives when they do (a number here must then match it)."""
     nnodes: Optional[int] = None
     """Nodes in the job. null: 1 when `launch` starts the ranks; what the starter gives otherwise."""
+    timeout_s: int = 600
+    """Collective timeout of the process group (a stalled rank fails the job as `timeout`)."""
     rdzv_endpoint: Optional[str] = None
     """HOST:PORT of the c10d rendezvous, the same on every node (torchrun's --rdzv-endpoint);
     needed when runtime.nnodes > 1. null on one node: a free port on 127.0.0.1."""
 
     def __post_init__(self):
+        _positive("runtime.timeout_s", self.timeout_s)
         for key in ("nproc_per_node", "nnodes"):
             if getattr(self, key) is not None:
                 _positive(f"runtime.{key}", getattr(self, key))
@@ -355,6 +364,12 @@ class Config:
                 "fsdp.prefetch_first_param_group=true cannot be captured by "
                 "cuda_graph.impl=full_iteration (the all-gather is enqueued outside the graph); "
                 "set fsdp.prefetch_first_param_group=false"
+            )
+        if self.train.check_nan_in_grad and self.cuda_graph.enabled:
+            raise ConfigError(
+                "train.check_nan_in_grad=true cannot run inside a CUDA graph (it syncs with the "
+                f"host per bucket) with cuda_graph.impl={self.cuda_graph.impl.value}; set "
+                "train.check_nan_in_grad=false (the loss is still checked every step)"
             )
         tp = self.parallel.tensor_model_parallel_size
         if self.model.num_attention_heads % tp:

@@ -1,54 +1,92 @@
 """The training loop: one step in `train_step`, the loop in `train`."""
 
+import math
 import time
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 from megatron.core import parallel_state
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
 
-def forward_step(data_iterator, model):
-    """One microbatch through the model; megatron's schedule calls the returned loss function."""
-    tokens, labels, loss_mask, positions = next(data_iterator)
-    output = model(tokens, positions, None, labels=labels)
-
-    def loss_func(losses):
-        loss = torch.sum(losses.float().view(-1) * loss_mask.view(-1)) / loss_mask.sum()
-        return loss, {"lm loss": loss.detach().clone()}  # the schedule scales loss in place
-
-    return output, loss_func
+class NonFiniteError(RuntimeError):
+    """A non-finite loss or gradient norm; classified `nan` (launcher.failures)."""
 
 
-def train_step(model, optimizer, scheduler, forward_backward, data_iterator, num_microbatches,
-               seq_length, micro_batch_size):
-    """Forward/backward over all microbatches, optimizer step; returns (loss, grad_norm)."""
+@dataclass(frozen=True)
+class Batch:
+    """The shape of one step, as megatron's schedule takes it."""
+
+    num_microbatches: int
+    seq_length: int
+    micro_batch_size: int
+
+
+def make_forward_step(poison: bool):
+    """The forward step megatron's schedule calls per microbatch; `poison` makes its loss NaN
+    (train.inject_nan_at_step: a test hook for the NaN guard)."""
+
+    def forward_step(data_iterator, model):
+        tokens, labels, loss_mask, positions = next(data_iterator)
+        output = model(tokens, positions, None, labels=labels)
+
+        def loss_func(losses):
+            loss = torch.sum(losses.float().view(-1) * loss_mask.view(-1)) / loss_mask.sum()
+            if poison:
+                loss = loss * float("nan")
+            return loss, {"lm loss": loss.detach().clone()}  # the schedule scales loss in place
+
+        return output, loss_func
+
+    return forward_step
+
+
+def train_step(model, optimizer, scheduler, forward_backward, data_iterator, batch: Batch,
+               step: int, poison: bool = False):
+    """Forward/backward over all microbatches, then the optimizer step, unless the loss is
+    non-finite. Returns (loss, grad_norm)."""
     model.zero_grad_buffer()
     optimizer.zero_grad()
     outputs = forward_backward(
-        forward_step_func=forward_step,
+        forward_step_func=make_forward_step(poison),
         data_iterator=data_iterator,
         model=[model],
-        num_microbatches=num_microbatches,
-        seq_length=seq_length,
-        micro_batch_size=micro_batch_size,
+        num_microbatches=batch.num_microbatches,
+        seq_length=batch.seq_length,
+        micro_batch_size=batch.micro_batch_size,
         forward_only=False,
     )
+    loss = mean_loss(outputs)  # .item() inside: a host-device sync point, once per step
+    if not math.isfinite(loss):
+        raise NonFiniteError(f"step {step}: the loss is non-finite ({loss}); stopped before the "
+                             "optimizer step applied it")
     _, grad_norm, _ = optimizer.step()
+    if grad_norm is not None and not math.isfinite(grad_norm):
+        # megatron computes the norm inside its step: this update is applied, but the run stops
+        # here and no checkpoint holds it (train.check_nan_in_grad catches it before the step).
+        raise NonFiniteError(f"step {step}: the gradient norm is non-finite ({grad_norm}); "
+                             "stopped, no checkpoint holds this step")
     scheduler.step(increment=1)
+    return loss, grad_norm
+
+
+def mean_loss(outputs) -> float:
+    """The step's loss: the mean over microbatches, averaged over data-parallel ranks."""
     loss = torch.stack([o["lm loss"] for o in outputs]).mean() if outputs else torch.zeros(())
     torch.distributed.all_reduce(loss, group=parallel_state.get_data_parallel_group())
-    loss = loss / parallel_state.get_data_parallel_world_size()
-    return loss.item(), grad_norm  # .item() is a host-device sync point, once per step
+    return (loss / parallel_state.get_data_parallel_world_size()).item()
 
 
-def train(model, optimizer, scheduler, data_iterator, steps, num_microbatches, seq_length,
-          micro_batch_size, on_step, forward_backward=None):
-    """Runs `steps` optimizer steps; calls on_step(step, loss, grad_norm, seconds) after each."""
+def train(model, optimizer, scheduler, data_iterator, steps: range, batch: Batch,
+          on_step: Callable, forward_backward=None, nan_at_step: Optional[int] = None):
+    """Runs the optimizer steps in `steps`; calls on_step(step, loss, grad_norm, seconds) after
+    each."""
     forward_backward = forward_backward or get_forward_backward_func()
-    for step in range(1, steps + 1):
+    for step in steps:
         start = time.perf_counter()
         loss, grad_norm = train_step(model, optimizer, scheduler, forward_backward, data_iterator,
-                                     num_microbatches, seq_length, micro_batch_size)
+                                     batch, step, poison=step == nan_at_step)
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # so the step time covers the GPU work
         on_step(step, loss, grad_norm, time.perf_counter() - start)

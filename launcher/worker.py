@@ -4,6 +4,7 @@ import os
 import resource
 import socket
 import warnings
+from datetime import timedelta
 
 import torch
 
@@ -27,7 +28,8 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> dic
     me = ranks.layout()
     if not on_cpu:
         torch.cuda.set_device(me.local_rank)
-    torch.distributed.init_process_group("gloo" if on_cpu else "nccl")
+    torch.distributed.init_process_group("gloo" if on_cpu else "nccl",
+                                         timeout=timedelta(seconds=cfg.runtime.timeout_s))
     try:
         summary = _train(cfg, resolved, run_dir, me.rank, me.world_size, on_cpu)
         # No rank tears its connections down while another is still in a collective (gloo
@@ -57,14 +59,14 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
     from launcher.data import microbatches
     from launcher.probe import PrefetchCounter
 
-    build.init_parallel(cfg.parallel, cfg.train.seed)
+    build.init_parallel(cfg.parallel, cfg.train.seed, cfg.runtime.timeout_s)
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
     tconfig = build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, on_cpu)
     if on_cpu and cfg.cuda_graph.enabled:
         # Graph settings were built and validated above; a CPU cannot capture, so run eagerly.
         tconfig.cuda_graph_impl = "none"
-    model = build.build_model(cfg.model, cfg.parallel, tconfig,
-                              build.ddp_config(cfg.fsdp, cfg.cuda_graph, on_cpu), device)
+    ddp = build.ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train.check_nan_in_grad, on_cpu)
+    model = build.build_model(cfg.model, cfg.parallel, tconfig, ddp, device)
     counter = PrefetchCounter(model)
     optimizer, scheduler = build.build_optimizer(model, cfg.train)
     tconfig.grad_scale_func = optimizer.scale_loss
@@ -95,9 +97,9 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
               + (" (not captured: CPU runs eagerly)" if cfg.cuda_graph.enabled and on_cpu else ""),
               flush=True)
     try:
-        loop.train(model, optimizer, scheduler, data, cfg.train.steps, num_microbatches,
-                   cfg.model.seq_length, cfg.train.micro_batch_size, writer.on_step,
-                   forward_backward)
+        loop.train(model, optimizer, scheduler, data, range(1, cfg.train.steps + 1),
+                   loop.Batch(num_microbatches, cfg.model.seq_length, cfg.train.micro_batch_size),
+                   writer.on_step, forward_backward, cfg.train.inject_nan_at_step)
     finally:
         writer.close()
     # megatron.core.__version__ appends the git hash of the *current directory's* repository.

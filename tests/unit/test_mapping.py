@@ -15,18 +15,26 @@ from launcher.config import (  # noqa: E402
 def test_prefetch_switch_maps_to_fsdp_all_gather_in_start_param_sync():
     for value in (True, False):
         ddp = build.ddp_config(FsdpConfig(prefetch_first_param_group=value), CudaGraphConfig(),
-                               on_cpu=True)
+                               check_nan_in_grad=False, on_cpu=True)
         assert ddp.fsdp_all_gather_in_start_param_sync is value
         assert ddp.use_megatron_fsdp and ddp.data_parallel_sharding_strategy == "optim_grads_params"
 
 
 def test_graph_impl_sets_megatron_fsdp_cuda_graph_mode():
     graph = CudaGraphConfig(impl=CudaGraphImpl.full_iteration, warmup_steps=5)
-    ddp = build.ddp_config(FsdpConfig(prefetch_first_param_group=False), graph, on_cpu=False)
+    ddp = build.ddp_config(FsdpConfig(prefetch_first_param_group=False), graph,
+                           check_nan_in_grad=False, on_cpu=False)
     assert ddp.megatron_fsdp_cuda_graph_mode is True
     assert ddp.gradient_reduce_div_fusion is True
-    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), True).megatron_fsdp_cuda_graph_mode \
-        is False
+    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), False, True) \
+        .megatron_fsdp_cuda_graph_mode is False
+
+
+def test_nan_in_grad_check_maps_to_megatron_check_for_nan_in_grad():
+    for value in (True, False):
+        ddp = build.ddp_config(FsdpConfig(), CudaGraphConfig(), check_nan_in_grad=value,
+                               on_cpu=True)
+        assert ddp.check_for_nan_in_grad is value
 
 
 def test_transformer_config_carries_model_and_graph_settings():
