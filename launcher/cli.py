@@ -10,11 +10,12 @@ import sys
 from importlib import resources
 
 import hydra
+from hydra.errors import HydraException
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from launcher import ranks
-from launcher.config import Config, ConfigError, check_world_size
+from launcher.config import Config, ConfigError, check_world_size, to_config
 
 _exit_code = [0]  # set by a run or a sweep; Hydra's own errors leave through SystemExit(1)
 
@@ -36,11 +37,6 @@ def register_configs() -> None:
         if path.name.endswith(".yaml"):
             node = OmegaConf.create(path.read_text())
             store.store(group="recipe", name=path.name[:-5], node=node, package="_global_")
-
-
-def to_config(composed: DictConfig) -> Config:
-    """The typed Config (plain dataclass instances, not Hydra nodes); runs every __post_init__ check."""
-    return OmegaConf.to_object(composed)
 
 
 @hydra.main(version_base=None, config_path="pkg://launcher.conf", config_name="config")
@@ -82,9 +78,16 @@ def main() -> None:
         # torchrun runs `launch` once per rank: rank 0's Hydra keeps the config snapshot and the
         # log; the others write nothing that could clash with it.
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=none"]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises; launch prints one line (errors.py)
     try:
         _main()
-    except SystemExit as exit_:
-        # Hydra exits 1 on a composition error (unknown key, wrong type, bad enum value).
-        sys.exit(2 if exit_.code == 1 else exit_.code)
+    except HydraException as err:
+        from launcher.errors import explain
+
+        print(f"error: {explain(err)}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:  # the run directory cannot be made or written
+        print(f"error: cannot write {err.filename}: {err.strerror}; set hydra.run.dir "
+              "(hydra.sweep.dir with -m) to a writable directory", file=sys.stderr)
+        sys.exit(2)
     sys.exit(_exit_code[0])

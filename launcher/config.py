@@ -8,6 +8,7 @@ raises `ConfigError` whose message names the dotted key, the bad value and the f
 rewrites a setting.
 """
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -416,3 +417,28 @@ def check_world_size(cfg: Config, world_size: int, source: str = LAUNCH_WORLD) -
             f"set train.global_batch_size to a multiple of {step}"
         )
     return dp
+
+
+def to_config(composed) -> Config:
+    """The typed Config (plain dataclass instances, not Hydra nodes) from a composed DictConfig;
+    runs every __post_init__ check. A key appended with `+` that the schema lacks is refused,
+    not dropped."""
+    from omegaconf import OmegaConf
+
+    extra = unknown_keys(composed, Config)
+    if extra:
+        raise ConfigError(f"{extra[0]} is not a config key (added with +); check its spelling "
+                          "(`launch --cfg job` prints every key), or remove it")
+    return OmegaConf.to_object(composed)
+
+
+def unknown_keys(node, schema, prefix: str = "") -> list:
+    """Dotted keys of `node` that the dataclass `schema` has no field for."""
+    fields = {f.name: f.type for f in dataclasses.fields(schema)}
+    found = []
+    for key in node:
+        if key not in fields:
+            found.append(f"{prefix}{key}")
+        elif dataclasses.is_dataclass(fields[key]):
+            found += unknown_keys(node[key], fields[key], f"{prefix}{key}.")
+    return found

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from launcher import ranks
-from launcher.config import Config, ConfigError, SweepConfig, check_world_size
+from launcher.config import Config, ConfigError, SweepConfig, check_world_size, to_config
 
 PLAN_FILE = "plan.json"
 UNMEASURED = ("sweep", "logging")  # sections left out of a cell's id
@@ -168,7 +168,7 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
     resolved = OmegaConf.to_container(composed, resolve=True, enum_to_str=True)
     try:
         # every __post_init__ rule as the job will run them, then the world it will get
-        check_cell_world(OmegaConf.to_object(composed), launcher)
+        check_cell_world(to_config(composed), launcher)
     except ConfigError as err:
         return resolved, values, str(err)
     return resolved, values, ""
@@ -223,6 +223,8 @@ def pick_baseline(cells: List[Cell], keys: List[str], requested: dict,
     """sweep.baseline's cell; else the cell holding the unswept config's values; else the first.
     A baseline key the command line fixed (not swept) must hold the fixed value."""
     valid = [c for c in cells if c.valid]
+    if not valid:
+        return None  # the plan is printed with every reason, then the sweep is refused
     requested = dotted(requested)
     wanted = {k: canonical(v) for k, v in requested.items()}
     for key in sorted(set(wanted) - set(keys)):

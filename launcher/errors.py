@@ -1,0 +1,68 @@
+"""Hydra's and OmegaConf's composition errors as one line: the key, the value, the fix.
+
+`launch` runs Hydra with HYDRA_FULL_ERROR=1 so that the exception reaches it instead of Hydra's
+multi-line report; `explain` turns it into what `launch` prints (exit code 2).
+"""
+
+import re
+
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic"
+
+
+def explain(err: Exception) -> str:
+    """One line for a composition error; falls back to the message's lines joined."""
+    cause = err.__cause__
+    override = re.search(r"override (\S+)", str(err))
+    if isinstance(err, MissingConfigException):
+        return missing_option(str(err))
+    if isinstance(err, OverrideParseException):
+        return (f"cannot parse an override: {first_line(err)}; see {GRAMMAR} "
+                "(quote values with commas or spaces)")
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        key = getattr(cause, "full_key", None) or "?"
+        return (f"{key} is not a config key; check its spelling (`launch --cfg job` prints every "
+                "key), or remove it")
+    if isinstance(cause, ValidationError):
+        given = override.group(1) if override else cause.full_key
+        return f"{given}: {first_line(cause)}; {validation_fix(first_line(cause), cause.full_key)}"
+    appendable = re.search(r"Could not override '(\S+)'\. No match in the defaults list.*"
+                           r"use (\+\S+)", str(err), re.DOTALL)
+    if appendable:
+        return (f"{appendable.group(1)} is not in the defaults list, so it cannot be overridden; "
+                f"add it with {appendable.group(2)}")
+    if isinstance(err, ConfigCompositionException):
+        return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    return f"{type(err).__name__}: {first_line(err)}"
+
+
+def first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0]
+
+
+KINDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}
+
+
+def validation_fix(message: str, key: str) -> str:
+    if "expected one of" in message:
+        return f"set {key} to one of those"
+    if "is not a valid bool" in message:
+        return f"give {key} true or false"
+    if "is not Optional" in message:
+        return f"give {key} a value (it cannot be null)"
+    kind = re.search(r"converted to (\w+)", message)
+    if kind and kind.group(1) in KINDS:
+        return f"give {key} {KINDS[kind.group(1)]}"
+    return f"give {key} a value of the type `launch --cfg job` shows"
+
+
+def missing_option(message: str) -> str:
+    """"Could not find 'recipe/nope'" plus Hydra's list of options, as one line."""
+    found = re.search(r"Could not find '([^']+)'", message)
+    what = found.group(1) if found else "?"
+    group, _, name = what.rpartition("/")
+    options = re.findall(r"^\t(\S+)$", message.split("Config search path")[0], re.MULTILINE)
+    listed = ", ".join(options) or "none"
+    return f"{group}={name}: no such option in `{group}`; pick one of: {listed}"

@@ -1,0 +1,109 @@
+"""A catalogue of bad input, each a command a user could type: exit code 2, one line on stderr
+naming the key and the fix, no traceback, and nothing half-written."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+LAUNCH = str(Path(sys.executable).parent / "launch")
+FIX = re.compile(r"\b(set|give|pick|add|remove|change|lower|make|use|see|check)\b")
+
+CATALOGUE = [
+    # unknown keys
+    (["model.hidden_sise=64"], "model.hidden_sise is not a config key"),
+    (["+model.foo=1"], "model.foo is not a config key"),
+    (["+logging.wandb.colour=red"], "logging.wandb.colour is not a config key"),
+    # wrong types
+    (["model.num_layers=two"], "give model.num_layers an integer"),
+    (["train.lr=abc"], "give train.lr a number"),
+    (["fsdp.overlap_grad_reduce=maybe"], "give fsdp.overlap_grad_reduce true or false"),
+    (["train.steps=null"], "give train.steps a value (it cannot be null)"),
+    # bad enum values
+    (["fsdp.sharding_strategy=zero3"], "set fsdp.sharding_strategy to one of those"),
+    (["cuda_graph.impl=sometimes"], "set cuda_graph.impl to one of those"),
+    (["cuda_graph.modules=[atn]"], "expected one of [attn, mlp"),
+    (["runtime.device=tpu"], "set runtime.device to one of those"),
+    (["train.precision=fp8"], "set train.precision to one of those"),
+    # missing recipe or option, bad command-line syntax
+    (["+recipe=nope"], "recipe=nope: no such option in `recipe`; pick one of: gpt,"),
+    (["model=huge"], "model=huge: no such option in `model`; pick one of: gpt2_small, tiny"),
+    (["recipe=gpt"], "add it with +recipe=gpt"),
+    (["train.steps=[1,2"], "cannot parse an override"),
+    # incompatible CUDA-graph cells
+    (["cuda_graph=full_iteration"], "set fsdp.prefetch_first_param_group=false"),
+    (["cuda_graph.impl=local", "fsdp.prefetch_first_param_group=false"],
+     "cuda_graph.impl=local (per-layer graphs) is not supported"),
+    (["cuda_graph=full_iteration", "fsdp.prefetch_first_param_group=false",
+      "cuda_graph.modules=[attn]"], "set cuda_graph.modules=[]"),
+    (["cuda_graph=full_iteration", "fsdp.prefetch_first_param_group=false",
+      "train.check_nan_in_grad=true"], "set train.check_nan_in_grad=false"),
+    (["cuda_graph.warmup_steps=-1"], "cuda_graph.warmup_steps=-1 must be >= 0"),
+    # impossible parallel sizes and batches
+    (["runtime.nproc_per_node=3"], "set train.global_batch_size to a multiple of 6"),
+    (["parallel.tensor_model_parallel_size=3"],
+     "model.num_attention_heads=4 is not divisible by parallel.tensor_model_parallel_size=3"),
+    (["runtime.nproc_per_node=3", "parallel.pipeline_model_parallel_size=2"],
+     "world size 3 (runtime.nproc_per_node x runtime.nnodes) is not divisible by tp x pp x cp"),
+    (["train.global_batch_size=7"], "train.global_batch_size=7 is not divisible by "
+                                    "train.micro_batch_size=2"),
+    (["train.micro_batch_size=0"], "train.micro_batch_size=0 must be at least 1"),
+    (["model.num_query_groups=3"], "model.num_query_groups=3 must divide"),
+    (["model.hidden_size=65"], "model.hidden_size=65 is not divisible by "
+                               "model.num_attention_heads=4"),
+    # settings Megatron-FSDP would force or ignore
+    (["fsdp.sharding_strategy=no_shard"], "set fsdp.prefetch_first_param_group=false"),
+    (["fsdp.overlap_param_gather=false", "fsdp.prefetch_first_param_group=false"],
+     "set fsdp.overlap_param_gather=true"),
+    # the loop and the runtime
+    (["train.steps=2"], "set train.steps above 2"),
+    (["train.lr=-1"], "train.lr=-1.0 must be positive"),
+    (["train.lr_warmup_steps=30"], "lower train.lr_warmup_steps or raise train.steps"),
+    (["logging.interval=0"], "logging.interval=0 must be at least 1"),
+    (["runtime.nnodes=2"], "set runtime.rdzv_endpoint=HOST:PORT"),
+    (["runtime.rdzv_endpoint=node1"], "runtime.rdzv_endpoint=node1 is not HOST:PORT"),
+    (["runtime.timeout_s=0"], "runtime.timeout_s=0 must be at least 1"),
+    (["sweep.repeats=0"], "sweep.repeats=0 must be at least 1"),
+    # where the run writes
+    (["hydra.run.dir=/etc/hostname/run"], "cannot write /etc/hostname/run: Not a directory; set "
+                                          "hydra.run.dir"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", CATALOGUE,
+                         ids=[" ".join(o)[:60] for o, _ in CATALOGUE])
+def test_bad_input_is_refused_in_one_line(tmp_path, overrides, expected):
+    run_dir = tmp_path / "run"
+    run_dir_override = [] if any(o.startswith("hydra.run.dir") for o in overrides) else [
+        f"hydra.run.dir={run_dir}"]
+    recipe = [] if any(o.lstrip("+").startswith("recipe=") for o in overrides) else [
+        "+recipe=tiny_cpu"]
+    proc = subprocess.run([LAUNCH, *recipe, *overrides, *run_dir_override],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=dict(os.environ, HOME=str(tmp_path / "home")))
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
+    assert FIX.search(lines[0].split(expected)[-1] + expected), lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.jsonl").exists()
+
+
+def test_cuda_asked_for_on_a_machine_without_it(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = subprocess.run([LAUNCH, "+recipe=tiny_cpu", "runtime.device=cuda",
+                           f"hydra.run.dir={tmp_path / 'run'}"], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, HOME=str(tmp_path / "home")))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: runtime.device=cuda but no CUDA device is visible; set runtime.device=cpu or auto"]
+    assert not (tmp_path / "run" / "summary.json").exists()
