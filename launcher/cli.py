@@ -86,6 +86,9 @@ def main() -> None:
 
         print(f"error: {explain(err)}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print("error: interrupted; the run stopped and wrote no summary", file=sys.stderr)
+        sys.exit(130)
     except OSError as err:  # the run directory cannot be made or written
         print(f"error: cannot write {err.filename}: {err.strerror}; set hydra.run.dir "
               "(hydra.sweep.dir with -m) to a writable directory", file=sys.stderr)
