@@ -14,7 +14,7 @@ from hydra.errors import HydraException
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from launcher import ranks
+from launcher import checkpoint, ranks
 from launcher.config import Config, ConfigError, check_world_size, to_config
 
 _exit_code = [0]  # set by a run or a sweep; Hydra's own errors leave through SystemExit(1)
@@ -48,13 +48,14 @@ def _main(composed: DictConfig) -> None:
         cfg = to_config(composed)
         if not ranks.external_starter():  # else the rank checks the world it was given
             check_world_size(cfg, cfg.runtime.world_size)
+        resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
     except ConfigError as err:
         return refuse(err, run_dir)
     from launcher.spawn import run
 
     resolved = OmegaConf.to_container(composed, resolve=True)
     try:
-        set_exit_code(run(cfg, resolved, run_dir))
+        set_exit_code(run(cfg, resolved, run_dir, resume_from))
     except ConfigError as err:  # a CUDA device asked for and none seen; a starter's world
         refuse(err, run_dir)
 

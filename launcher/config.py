@@ -185,6 +185,23 @@ class CudaGraphConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """Distributed checkpoints in Megatron-FSDP's fsdp_dtensor format (launcher/checkpoint.py)."""
+
+    interval: int = 0
+    """Save every N steps, and at the last step; 0 saves nothing."""
+    dir: Optional[str] = None
+    """Where checkpoints go; null means <run dir>/checkpoints. Fix it to resume a killed run."""
+    resume: Optional[str] = None
+    """null: start at step 1 | auto: the newest complete checkpoint in `dir`, if any | a path."""
+
+    def __post_init__(self):
+        if self.interval < 0:
+            raise ConfigError(f"train.checkpoint.interval={self.interval} must be >= 0; "
+                              "set 0 (no checkpoints) or a number of steps")
+
+
+@dataclass
 class TrainConfig:
     """The loop: steps, batch sizes, optimizer, schedule, precision."""
 
@@ -218,6 +235,8 @@ class TrainConfig:
     is always checked before the step."""
     inject_nan_at_step: Optional[int] = None
     """A test hook: make the loss non-finite at this step, to see the NaN guard stop the run."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Saving and resuming."""
 
     def __post_init__(self):
         for key in ("steps", "micro_batch_size", "global_batch_size"):

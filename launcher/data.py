@@ -18,10 +18,11 @@ def make_sample(index: int, seed: int, seq_length: int, vocab_size: int) -> torc
 
 def microbatches(seed: int, seq_length: int, vocab_size: int, micro_batch_size: int,
                  global_batch_size: int, dp_rank: int, dp_size: int, fixed_batch: bool,
-                 device: torch.device):
-    """Yields (tokens, labels, loss_mask, position_ids) microbatches forever, this rank's share."""
+                 device: torch.device, first_step: int = 1):
+    """Yields (tokens, labels, loss_mask, position_ids) microbatches forever, this rank's share,
+    from optimizer step `first_step` on (a resumed run continues where its checkpoint was)."""
     per_rank = global_batch_size // dp_size
-    step = 0
+    step = first_step - 1
     while True:
         base = 0 if fixed_batch else step * global_batch_size
         for first in range(0, per_rank, micro_batch_size):

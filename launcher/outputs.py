@@ -71,10 +71,15 @@ class WandbLogger:
 
 
 class MetricsFile:
-    """metrics.jsonl: one JSON object per logged step, flushed as it is written."""
+    """metrics.jsonl: one JSON object per logged step, flushed as it is written. A resumed run
+    keeps the records of the steps before `first_step` and drops the rest (the steps it redoes)."""
 
-    def __init__(self, path: str):
-        self._file = open(path, "a")
+    def __init__(self, path: str, first_step: int = 1):
+        if first_step > 1 and os.path.exists(path):
+            with open(path) as f:
+                kept = [line for line in f if line.strip() and json.loads(line)["step"] < first_step]
+            write_text_atomic(path, "".join(kept))
+        self._file = open(path, "w" if first_step == 1 else "a")
 
     def write(self, record: dict) -> None:
         self._file.write(json.dumps(record) + "\n")

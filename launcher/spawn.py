@@ -11,6 +11,7 @@ import socket
 import sys
 import traceback
 import uuid
+from typing import Optional
 
 import torch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -40,15 +41,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(cfg: Config, resolved: dict, run_dir: str) -> int:
+def run(cfg: Config, resolved: dict, run_dir: str, resume_from: Optional[str] = None) -> int:
     """Runs the job's ranks (or this one); returns the exit code. ConfigError: refused input."""
     starter = ranks.external_starter()
     if starter:
-        return run_this_rank(cfg, resolved, run_dir, starter)
-    return launch_ranks(cfg, resolved, run_dir, resolve_device(cfg.runtime.device))
+        return run_this_rank(cfg, resolved, run_dir, starter, resume_from)
+    return launch_ranks(cfg, resolved, run_dir, resolve_device(cfg.runtime.device), resume_from)
 
 
-def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> int:
+def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str,
+                 resume_from: Optional[str]) -> int:
     runtime = cfg.runtime
     nnodes = runtime.nnodes or 1
     launch_config = LaunchConfig(
@@ -58,7 +60,8 @@ def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str) ->
         max_restarts=0, monitor_interval=0.5, start_method="spawn",
     )
     try:
-        results = elastic_launch(launch_config, run_rank)(cfg, resolved, run_dir, device_type)
+        results = elastic_launch(launch_config, run_rank)(cfg, resolved, run_dir, device_type,
+                                                           resume_from)
     except ChildFailedError as err:
         return report_failure(failure_summary(err), resolved, run_dir, write=nnodes == 1
                               or 0 in err.failures)
@@ -69,14 +72,15 @@ def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str) ->
     return report_ok(results[0], run_dir)
 
 
-def run_this_rank(cfg: Config, resolved: dict, run_dir: str, starter: str) -> int:
+def run_this_rank(cfg: Config, resolved: dict, run_dir: str, starter: str,
+                  resume_from: Optional[str]) -> int:
     """Under torchrun or submitit: this process is one rank. Checks the world it was given."""
     found = ranks.layout(starter)
     ranks.check_runtime_matches(cfg.runtime, found)
     check_world_size(cfg, found.world_size, found.world_source)
     device_type = resolve_device(cfg.runtime.device)
     try:
-        summary = run_rank(cfg, resolved, run_dir, device_type)
+        summary = run_rank(cfg, resolved, run_dir, device_type, resume_from)
     except Exception as err:  # noqa: BLE001  (classified, summarised, one line; not a traceback)
         text = traceback.format_exc()
         failure = {"status": classify_failure(1, text), "failed_rank": found.rank, "exitcode": 1,

@@ -5,6 +5,7 @@ import resource
 import socket
 import warnings
 from datetime import timedelta
+from typing import Optional
 
 import torch
 
@@ -19,8 +20,10 @@ QUIET = r".*(Transformer Engine and Apex are not installed|Apex is not installed
         r"not installed|MimoModelConfig is experimental).*"
 
 
-def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> dict:
-    """The function every rank runs; returns rank 0's summary (other ranks: {})."""
+def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
+             resume_from: Optional[str] = None) -> dict:
+    """The function every rank runs; returns rank 0's summary (other ranks: {}). `resume_from`:
+    a checkpoint the launch process found and checked (launcher.checkpoint.find_resume)."""
     warnings.filterwarnings("ignore", message=QUIET)
     on_cpu = device_type == "cpu"
     if on_cpu:
@@ -31,7 +34,7 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str) -> dic
     torch.distributed.init_process_group("gloo" if on_cpu else "nccl",
                                          timeout=timedelta(seconds=cfg.runtime.timeout_s))
     try:
-        summary = _train(cfg, resolved, run_dir, me.rank, me.world_size, on_cpu)
+        summary = _train(cfg, resolved, run_dir, me.rank, me.world_size, on_cpu, resume_from)
         # No rank tears its connections down while another is still in a collective (gloo
         # aborts the late rank with SIGABRT when its peer's sockets close under it).
         torch.distributed.barrier()
@@ -51,32 +54,18 @@ def gather_devices(on_cpu: bool) -> dict:
     return devices
 
 
-def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
+def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
     from importlib.metadata import version
 
-    from megatron.core import parallel_state
     from launcher import build, loop
-    from launcher.data import microbatches
     from launcher.probe import PrefetchCounter
 
     build.init_parallel(cfg.parallel, cfg.train.seed, cfg.runtime.timeout_s)
-    device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
-    tconfig = build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, on_cpu)
-    if on_cpu and cfg.cuda_graph.enabled:
-        # Graph settings were built and validated above; a CPU cannot capture, so run eagerly.
-        tconfig.cuda_graph_impl = "none"
-    ddp = build.ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train.check_nan_in_grad, on_cpu)
-    model = build.build_model(cfg.model, cfg.parallel, tconfig, ddp, device)
+    model, optimizer, scheduler = build_all(cfg, on_cpu)
     counter = PrefetchCounter(model)
-    optimizer, scheduler = build.build_optimizer(model, cfg.train)
-    tconfig.grad_scale_func = optimizer.scale_loss
-
-    dp_size = parallel_state.get_data_parallel_world_size()
-    num_microbatches = cfg.train.global_batch_size // (cfg.train.micro_batch_size * dp_size)
-    data = microbatches(cfg.train.seed, cfg.model.seq_length, cfg.model.vocab_size,
-                        cfg.train.micro_batch_size, cfg.train.global_batch_size,
-                        parallel_state.get_data_parallel_rank(), dp_size, cfg.data.fixed_batch,
-                        device)
+    first_step = 1 + (load_checkpoint(resume_from, model, optimizer, scheduler, rank)
+                      if resume_from else 0)
+    data, batch = data_for(cfg, model, first_step)
     captured = cfg.cuda_graph.enabled and not on_cpu
     forward_backward = None
     if captured:
@@ -86,20 +75,14 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
                                                 cuda_graph_warmup_steps=cfg.cuda_graph.warmup_steps)
 
     devices = gather_devices(on_cpu)
-    writer = _Recorder(cfg, resolved, run_dir, rank, world_size, on_cpu)
+    writer = _Recorder(cfg, resolved, run_dir, rank, world_size, on_cpu, first_step)
     if rank == 0:
-        hosts = f" on {len(devices)} hosts" if len(devices) > 1 else ""
-        print(f"[launch] {devices[socket.gethostname()][0]} x{world_size}{hosts}, "
-              f"{type(model).__name__} "
-              f"({cfg.fsdp.sharding_strategy.value}), "
-              f"prefetch_first_param_group={cfg.fsdp.prefetch_first_param_group}, "
-              f"cuda_graph.impl={cfg.cuda_graph.impl.value}"
-              + (" (not captured: CPU runs eagerly)" if cfg.cuda_graph.enabled and on_cpu else ""),
-              flush=True)
+        print_start(cfg, model, devices, world_size, on_cpu, first_step)
+    saver = Saver(cfg, run_dir, model, optimizer, scheduler)
     try:
-        loop.train(model, optimizer, scheduler, data, range(1, cfg.train.steps + 1),
-                   loop.Batch(num_microbatches, cfg.model.seq_length, cfg.train.micro_batch_size),
-                   writer.on_step, forward_backward, cfg.train.inject_nan_at_step)
+        loop.train(model, optimizer, scheduler, data, range(first_step, cfg.train.steps + 1),
+                   batch, lambda *a: (writer.on_step(*a), saver.on_step(a[0])),
+                   forward_backward, cfg.train.inject_nan_at_step)
     finally:
         writer.close()
     # megatron.core.__version__ appends the git hash of the *current directory's* repository.
@@ -108,7 +91,82 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu):
         return {}
     summary = writer.summary(counter.count, captured, type(model).__name__, mcore_version,
                              local_shard_numel(model))
-    return {**summary, "hosts": list(devices), "devices_by_host": devices}
+    return {**summary, "hosts": list(devices), "devices_by_host": devices,
+            "resumed_from": resume_from, "checkpoints": saver.saved}
+
+
+def build_all(cfg, on_cpu):
+    """The M-FSDP-wrapped GPT, its DistributedOptimizer and LR scheduler."""
+    from launcher import build
+
+    tconfig = build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, on_cpu)
+    if on_cpu and cfg.cuda_graph.enabled:
+        # Graph settings were built and validated above; a CPU cannot capture, so run eagerly.
+        tconfig.cuda_graph_impl = "none"
+    device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+    ddp = build.ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train.check_nan_in_grad, on_cpu)
+    model = build.build_model(cfg.model, cfg.parallel, tconfig, ddp, device)
+    optimizer, scheduler = build.build_optimizer(model, cfg.train)
+    tconfig.grad_scale_func = optimizer.scale_loss
+    return model, optimizer, scheduler
+
+
+def data_for(cfg, model, first_step: int):
+    """This rank's microbatches from `first_step` on, and the shape of a step."""
+    from megatron.core import parallel_state
+
+    from launcher import loop
+    from launcher.data import microbatches
+
+    dp_size = parallel_state.get_data_parallel_world_size()
+    num_microbatches = cfg.train.global_batch_size // (cfg.train.micro_batch_size * dp_size)
+    data = microbatches(cfg.train.seed, cfg.model.seq_length, cfg.model.vocab_size,
+                        cfg.train.micro_batch_size, cfg.train.global_batch_size,
+                        parallel_state.get_data_parallel_rank(), dp_size, cfg.data.fixed_batch,
+                        next(model.parameters()).device, first_step)
+    return data, loop.Batch(num_microbatches, cfg.model.seq_length, cfg.train.micro_batch_size)
+
+
+def load_checkpoint(path, model, optimizer, scheduler, rank) -> int:
+    from launcher import checkpoint
+
+    step = checkpoint.load(path, model, optimizer, scheduler)
+    if rank == 0:
+        print(f"[launch] resumed from {path}: continuing at step {step + 1}", flush=True)
+    return step
+
+
+class Saver:
+    """Saves a checkpoint every train.checkpoint.interval steps and at the last step."""
+
+    def __init__(self, cfg, run_dir, model, optimizer, scheduler):
+        from launcher.checkpoint import checkpoint_dir
+
+        self.cfg, self.objects = cfg, (model, optimizer, scheduler)
+        self.folder = checkpoint_dir(cfg.train.checkpoint, run_dir)
+        self.saved = []
+
+    def on_step(self, step: int) -> None:
+        interval = self.cfg.train.checkpoint.interval
+        if not interval or (step % interval and step != self.cfg.train.steps):
+            return
+        from launcher import checkpoint
+
+        os.makedirs(self.folder, exist_ok=True)
+        path = checkpoint.save(self.folder, step, *self.objects, self.cfg.model)
+        self.saved.append(path)
+        if torch.distributed.get_rank() == 0:
+            print(f"[launch] checkpoint: {path}", flush=True)
+
+
+def print_start(cfg, model, devices, world_size, on_cpu, first_step):
+    hosts = f" on {len(devices)} hosts" if len(devices) > 1 else ""
+    print(f"[launch] {devices[socket.gethostname()][0]} x{world_size}{hosts}, "
+          f"{type(model).__name__} ({cfg.fsdp.sharding_strategy.value}), "
+          f"prefetch_first_param_group={cfg.fsdp.prefetch_first_param_group}, "
+          f"cuda_graph.impl={cfg.cuda_graph.impl.value}"
+          + (" (not captured: CPU runs eagerly)" if cfg.cuda_graph.enabled and on_cpu else "")
+          + (f", from step {first_step}" if first_step > 1 else ""), flush=True)
 
 
 def local_shard_numel(model) -> int:
@@ -124,8 +182,9 @@ def local_shard_numel(model) -> int:
 class _Recorder:
     """Per-step metrics: printed and written to metrics.jsonl and wandb on rank 0."""
 
-    def __init__(self, cfg, resolved, run_dir, rank, world_size, on_cpu):
+    def __init__(self, cfg, resolved, run_dir, rank, world_size, on_cpu, first_step):
         self.cfg, self.resolved, self.run_dir = cfg, resolved, run_dir
+        self.first_step = first_step
         self.rank, self.world_size, self.on_cpu = rank, world_size, on_cpu
         model = cfg.model
         self.tokens_per_step = cfg.train.global_batch_size * model.seq_length
@@ -141,7 +200,7 @@ class _Recorder:
         self.steps = []
         self.jsonl = self.logger = None
         if rank == 0:
-            self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"))
+            self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"), first_step)
             disabled = cfg.logging.wandb.mode == WandbMode.disabled
             self.logger = NullLogger() if disabled else WandbLogger(
                 cfg.logging.wandb, run_dir, resolved,
@@ -169,8 +228,9 @@ class _Recorder:
             self.jsonl.close()
 
     def summary(self, prefetches, captured, wrapper, mcore_version, shard_numel):
-        skip = self.cfg.excluded_steps
-        steady = [s for s in self.steps if s["step"] > skip]
+        skip = self.first_step - 1 + self.cfg.excluded_steps  # a resumed run warms up again
+        # A run resumed near its end may have no step past the warmup: then all of its steps.
+        steady = [s for s in self.steps if s["step"] > skip] or self.steps
         times = [s["step_time_s"] for s in steady]
         stats = metrics.step_time_stats(times)
         mean_t = stats["mean"]

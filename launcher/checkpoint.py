@@ -1,0 +1,249 @@
+"""Checkpoints in Megatron-FSDP's own format, `fsdp_dtensor`, through megatron-core.
+
+What Megatron-LM does for `--ckpt-format fsdp_dtensor` (megatron/training/checkpointing.py:
+generate_state_dict, preprocess_fsdp_dtensor_state_dict, torch.distributed.checkpoint save/load,
+then the model, optimizer and scheduler load_state_dict): every rank writes its own shards
+(DCP), rank-parallel. A checkpoint is complete or absent: the ranks write into
+`<dir>/.incomplete-step_NNNNNNN`, and rank 0 renames it to `step_NNNNNNN` only after every rank has
+finished and `launcher.json` (the step, the model section, the world) is written atomically.
+
+Pre-checks that need no torch (`find_resume`) run in the `launch` process, so a foreign or
+corrupt checkpoint is refused in one line before any rank starts.
+"""
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from launcher.config import CheckpointConfig, ConfigError, ModelConfig, TrainConfig
+
+PATTERN = re.compile(r"step_(\d{7})")
+MARKER = "launcher.json"
+FORMAT = "fsdp_dtensor"
+
+
+def checkpoint_dir(ckpt: CheckpointConfig, run_dir: str) -> str:
+    return ckpt.dir or os.path.join(run_dir, "checkpoints")
+
+
+def step_dir(folder: str, step: int) -> str:
+    return os.path.join(folder, f"step_{step:07d}")
+
+
+def find_resume(ckpt: CheckpointConfig, model: dict, run_dir: str) -> Optional[str]:
+    """The checkpoint to resume from (train.checkpoint.resume=auto: the newest complete one in
+    the directory; a path: that one), checked against this run's model; None: start at step 1."""
+    if ckpt.resume is None:
+        return None
+    if ckpt.resume != "auto":
+        return check(ckpt.resume, model, "train.checkpoint.resume")
+    folder = Path(checkpoint_dir(ckpt, run_dir))
+    steps = sorted(p for p in folder.glob("step_*") if PATTERN.fullmatch(p.name)) \
+        if folder.is_dir() else []
+    return check(str(steps[-1]), model, "train.checkpoint.dir") if steps else None
+
+
+def resume_point(train: TrainConfig, model_cfg: ModelConfig, run_dir: str) -> Optional[str]:
+    """find_resume, plus: the checkpoint must leave steps to run."""
+    path = find_resume(train.checkpoint, vars_of(model_cfg), run_dir)
+    if path and saved_step(path) >= train.steps:
+        raise ConfigError(f"train.checkpoint.resume: {path} is at step {saved_step(path)}, and "
+                          f"train.steps={train.steps} leaves nothing to run; raise train.steps")
+    return path
+
+
+def check(path: str, model: dict, key: str) -> str:
+    """A launcher checkpoint of this model, or a one-line ConfigError naming `key`."""
+    marker = Path(path, MARKER)
+    try:
+        saved = json.loads(marker.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{key}: {path} is not a checkpoint of this launcher (no {MARKER}); "
+                          f"point {key} at one, or set train.checkpoint.resume=null") from None
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{key}: {marker} is unreadable or corrupt ({err}); remove {path} "
+                          "to resume from the one before it") from None
+    if not Path(path, ".metadata").is_file():
+        raise ConfigError(f"{key}: {path} is incomplete (no .metadata); remove it to resume "
+                          "from the one before it")
+    differs = sorted(k for k in model if saved.get("model", {}).get(k) != model[k])
+    if differs:
+        k = differs[0]
+        raise ConfigError(f"{key}: {path} holds a different model (model.{k}="
+                          f"{saved['model'].get(k)}, this run: model.{k}={model[k]}); point {key} "
+                          "at a checkpoint of this model")
+    return path
+
+
+def saved_step(path: str) -> int:
+    return json.loads(Path(path, MARKER).read_text())["step"]
+
+
+def save(folder: str, step: int, model, optimizer, scheduler, model_cfg: ModelConfig) -> str:
+    """Collective: every rank calls it. Returns the checkpoint's directory."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from launcher.outputs import write_json_atomic
+
+    rank = torch.distributed.get_rank()
+    final = step_dir(folder, step)
+    partial = os.path.join(folder, f".incomplete-step_{step:07d}")
+    if rank == 0:
+        shutil.rmtree(partial, ignore_errors=True)  # left by a run killed while saving
+        os.makedirs(partial)
+    torch.distributed.barrier()
+    state = prepare(state_dict(model, optimizer, scheduler, step, loading=False), model, optimizer)
+    dcp.save(state_dict=state, storage_writer=dcp.FileSystemWriter(partial))
+    torch.distributed.barrier()  # every rank has written its shards
+    if rank == 0:
+        write_json_atomic(os.path.join(partial, MARKER), {
+            "step": step, "format": FORMAT, "model": vars_of(model_cfg),
+            "world_size": torch.distributed.get_world_size()})
+        os.replace(partial, final)
+        fsync_dir(folder)
+    torch.distributed.barrier()
+    return final
+
+
+def load(path: str, model, optimizer, scheduler) -> int:
+    """Collective. Restores model, optimizer, scheduler and RNG; returns the saved step."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    state = state_dict(model, optimizer, scheduler, 0, loading=True)
+    model_state, optimizer_state = dict(state["model"]), dict(state["optimizer"])
+    state = prepare(state, model, optimizer)
+    dcp.load_state_dict(state_dict=state, storage_reader=dcp.FileSystemReader(path),
+                        planner=DefaultLoadPlanner(allow_partial_load=False))
+    # DCP fills the fp32 main parameters in place; the engine's load_state_dict post-hook copies
+    # them into the model weights (the adapter's own would add a second `module.` prefix).
+    result = model.module.load_state_dict(model_state, strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith("._extra_state")]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"checkpoint {path} does not fit the model: missing {missing[:3]}, "
+                           f"unexpected {result.unexpected_keys[:3]}")
+    optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(state["opt_param_scheduler"])
+    set_rng_state(state["rng_state"])
+    return int(state["iteration"])
+
+
+def state_dict(model, optimizer, scheduler, step: int, loading: bool) -> dict:
+    """Megatron-LM's generate_state_dict for fsdp_dtensor (iteration, model, optimizer,
+    scheduler, RNG, in its layout)."""
+    from megatron.core import parallel_state
+
+    metadata = {"distrib_optim_sharding_type": FORMAT, "singleton_local_shards": False,
+                "chained_optim_avoid_prefix": True,
+                "dp_cp_group": parallel_state.get_data_parallel_group(with_context_parallel=True)}
+    state = {"checkpoint_version": 3.0, "iteration": step,
+             "model": model.module.state_dict_for_save_checkpoint()}
+    state["optimizer"] = optimizer.sharded_state_dict(state, is_loading=loading,
+                                                      metadata=metadata)
+    state["opt_param_scheduler"] = scheduler.state_dict()
+    state["rng_state"] = rng_state()
+    return state
+
+
+def prepare(state: dict, model, optimizer) -> dict:
+    """Megatron-LM's preprocess_fsdp_dtensor_state_dict (dense GPT: no MoE), after filling the
+    optimizer state that ranks lack (see fill_missing_optimizer_state)."""
+    from megatron.core.distributed.fsdp.src.megatron_fsdp.uneven_dtensor import (
+        preprocess_state_dict_for_uneven_dtensor,
+    )
+    from megatron.core.transformer.fsdp_dtensor_checkpoint import (
+        handle_fp8_extra_state_case, handle_gdn_in_state_dict, handle_swiglu_in_state_dict,
+    )
+
+    engine = model.module
+    state = dict(state, optimizer=fill_missing_optimizer_state(optimizer, state["optimizer"]))
+    handle_fp8_extra_state_case(state["model"])  # drops the `._extra_state` (None) entries
+    if model.config.gated_linear_unit:
+        state["model"], state["optimizer"] = handle_swiglu_in_state_dict(
+            engine, state["model"], state["optimizer"])
+    state["model"], state["optimizer"] = handle_gdn_in_state_dict(
+        engine, state["model"], state["optimizer"])
+    preprocess_state_dict_for_uneven_dtensor(state)  # collective: all_gather_object per DTensor
+    return state
+
+
+def fill_missing_optimizer_state(optimizer, optimizer_state: dict) -> dict:
+    """An empty DTensor for each (parameter, Adam state) a rank has none of.
+
+    The DistributedOptimizer keeps no Adam state for a parameter whose local shard is empty
+    (M-FSDP gives it grad=None), so ranks would hold different sets of DTensors and the
+    per-DTensor collectives of preprocess_state_dict_for_uneven_dtensor would fall out of step:
+    a hang (Megatron-LM issue #4910, open). megatron-core applies this same fix on its
+    fully_shard path (megatron_fsdp/fully_shard.py,
+    preprocess_optimizer_state_dict_for_uneven_dtensor). Empty shards write no data. Returns a
+    copy; the optimizer's own state dict is left as it was."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    keys = {k for st in optimizer_state["state"].values() for k, v in st.items()
+            if isinstance(v, DTensor)}
+    everyone = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(everyone, sorted(keys))
+    keys = sorted({k for ks in everyone for k in ks})
+    filled = dict(optimizer_state, state=dict(optimizer_state["state"]))
+    for group in optimizer.optimizer.param_groups:
+        for param in group["params"]:
+            name = optimizer._param_name(param)
+            if name in filled["state"] or not isinstance(param, DTensor):
+                continue
+            filled["state"][name] = {k: DTensor.from_local(
+                torch.empty_like(param._local_tensor), device_mesh=param.device_mesh,
+                placements=param.placements, shape=param.shape, stride=param.stride())
+                for k in keys}
+    return filled
+
+
+def rng_state() -> dict:
+    """Every RNG a step draws from, in Megatron-LM's fsdp_dtensor layout."""
+    import random
+
+    import numpy as np
+    import torch
+    from megatron.core import parallel_state, tensor_parallel
+
+    state = {"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
+             "torch_rng_state": torch.get_rng_state(),
+             "cuda_rng_state": torch.cuda.get_rng_state(),
+             "rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states()}
+    key = (f"({parallel_state.get_pipeline_model_parallel_rank()}, "
+           f"{parallel_state.get_tensor_model_parallel_rank()})")
+    return {key: [state]}
+
+
+def set_rng_state(saved: dict) -> None:
+    import random
+
+    import numpy as np
+    import torch
+    from megatron.core import tensor_parallel
+
+    state = next(iter(saved.values()))[0]
+    random.setstate(state["random_rng_state"])
+    np.random.set_state(state["np_rng_state"])
+    torch.set_rng_state(state["torch_rng_state"])
+    torch.cuda.set_rng_state(state["cuda_rng_state"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(state["rng_tracker_states"])
+
+
+def vars_of(model_cfg: ModelConfig) -> dict:
+    from dataclasses import asdict
+
+    return {k: getattr(v, "value", v) for k, v in asdict(model_cfg).items()}
+
+
+def fsync_dir(folder: str) -> None:
+    """The rename is durable once the directory entry is on disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
