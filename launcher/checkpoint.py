@@ -97,16 +97,38 @@ def save(folder: str, step: int, model, optimizer, scheduler, model_cfg: ModelCo
         os.makedirs(partial)
     torch.distributed.barrier()
     state = prepare(state_dict(model, optimizer, scheduler, step, loading=False), model, optimizer)
-    dcp.save(state_dict=state, storage_writer=dcp.FileSystemWriter(partial))
-    torch.distributed.barrier()  # every rank has written its shards
-    if rank == 0:
-        write_json_atomic(os.path.join(partial, MARKER), {
-            "step": step, "format": FORMAT, "model": vars_of(model_cfg),
-            "world_size": torch.distributed.get_world_size()})
-        os.replace(partial, final)
-        fsync_dir(folder)
+    try:
+        # DCP gathers every rank's write result: a rank that fails fails them all alike.
+        dcp.save(state_dict=state, storage_writer=dcp.FileSystemWriter(partial))
+        torch.distributed.barrier()  # every rank has written its shards
+        if rank == 0:
+            write_json_atomic(os.path.join(partial, MARKER), {
+                "step": step, "format": FORMAT, "model": vars_of(model_cfg),
+                "world_size": torch.distributed.get_world_size()})
+            os.replace(partial, final)
+            fsync_dir(folder)
+    except (OSError, dcp.api.CheckpointException) as err:
+        raise CheckpointError(f"train.checkpoint: step {step} could not be written to {folder} "
+                              f"({os_reason(err)}); free space there or set train.checkpoint.dir "
+                              "to a disk with room (no partial checkpoint is visible)") from err
     torch.distributed.barrier()
     return final
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that could not be written; the run stops, the last complete one stays."""
+
+
+def os_reason(err: Exception) -> str:
+    """The operating system's words for a failed write (DCP wraps them per rank)."""
+    found = [err, *getattr(err, "failures", {}).values()]  # DCP: rank -> (exception, traceback)
+    for candidate in found:
+        candidate = candidate[0] if isinstance(candidate, tuple) else candidate
+        for inner in (candidate, getattr(candidate, "__cause__", None),
+                      getattr(candidate, "exception", None)):
+            if isinstance(inner, OSError):
+                return inner.strerror or str(inner)
+    return str(err).strip().splitlines()[0]
 
 
 def load(path: str, model, optimizer, scheduler) -> int:

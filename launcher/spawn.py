@@ -6,6 +6,7 @@ runtime.rdzv_endpoint. Under torchrun or Slurm (submitit) this process is one ra
 place. Either way the global rank 0 alone writes summary.json.
 """
 
+import logging
 import os
 import socket
 import sys
@@ -59,6 +60,9 @@ def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str,
         rdzv_endpoint=runtime.rdzv_endpoint or f"127.0.0.1:{free_port()}",
         max_restarts=0, monitor_interval=0.5, start_method="spawn",
     )
+    # A failed rank is reported once, in one line, with its traceback's end in summary.json;
+    # torch's agent would also log each failure's whole traceback.
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
     try:
         results = elastic_launch(launch_config, run_rank)(cfg, resolved, run_dir, device_type,
                                                            resume_from)
@@ -103,9 +107,10 @@ def report_failure(failure: dict, resolved: dict, run_dir: str, write: bool) -> 
     summary_path = os.path.join(run_dir, "summary.json")
     if write:
         write_json_atomic(summary_path, {**failure, "config": resolved})
-    where = f"summary in {summary_path}" if write else "the node of rank 0 writes the summary"
+    where = (f"the end of its traceback is in {summary_path}" if write
+             else "the node of rank 0 writes the summary")
     print(f"error: rank {failure['failed_rank']} failed ({failure['status']}): "
-          f"{failure['message']} (full log above; {where})", file=sys.stderr)
+          f"{failure['message']} ({where})", file=sys.stderr)
     return 1
 
 

@@ -1,6 +1,7 @@
 """A catalogue of bad input, each a command a user could type: exit code 2, one line on stderr
 naming the key and the fix, no traceback, and nothing half-written."""
 
+import json
 import os
 import re
 import subprocess
@@ -107,3 +108,77 @@ def test_cuda_asked_for_on_a_machine_without_it(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: runtime.device=cuda but no CUDA device is visible; set runtime.device=cpu or auto"]
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A real checkpoint of the tiny model at step 4."""
+    root = tmp_path_factory.mktemp("saved")
+    subprocess.run([LAUNCH, "+recipe=tiny_cpu", "train.steps=4", "train.checkpoint.interval=4",
+                    "logging.wandb.mode=disabled", f"hydra.run.dir={root / 'run'}"],
+                   check=True, capture_output=True, timeout=600,
+                   env=dict(os.environ, HOME=str(root / "home")))
+    return root / "run" / "checkpoints" / "step_0000004"
+
+
+def spoil_marker(ckpt):
+    (ckpt / "launcher.json").write_text('{"step": 4, "mod')
+
+
+def drop_metadata(ckpt):
+    (ckpt / ".metadata").unlink()
+
+
+def drop_marker(ckpt):
+    (ckpt / "launcher.json").unlink()
+
+
+RESUME_CASES = [
+    (spoil_marker, [], "is unreadable or corrupt"),
+    (drop_metadata, [], "is incomplete (no .metadata); remove it"),
+    (drop_marker, [], "is not a checkpoint of this launcher (no launcher.json)"),
+    (None, ["model.hidden_size=128"], "holds a different model (model.hidden_size=64, this run: "
+                                      "model.hidden_size=128)"),
+    (None, ["train.steps=4"], "leaves nothing to run; raise train.steps"),
+]
+
+
+@pytest.mark.parametrize("spoil,overrides,expected", RESUME_CASES,
+                         ids=[e[:30] for _, _, e in RESUME_CASES])
+def test_resume_from_a_corrupt_or_foreign_checkpoint_is_refused(saved, tmp_path, spoil,
+                                                                 overrides, expected):
+    import shutil
+
+    folder = tmp_path / "ckpts"
+    shutil.copytree(saved, folder / saved.name)
+    if spoil:
+        spoil(folder / saved.name)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([LAUNCH, "+recipe=tiny_cpu", "train.steps=8",
+                           "train.checkpoint.resume=auto", f"train.checkpoint.dir={folder}",
+                           *overrides, f"hydra.run.dir={run_dir}"], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, HOME=str(tmp_path)))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and "train.checkpoint" in lines[0], lines
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (run_dir / "summary.json").exists()
+
+
+def test_a_full_disk_fails_the_checkpoint_and_leaves_none_visible(tmp_path):
+    """RLIMIT_FSIZE stands in for a full disk: the writer gets EFBIG, as it would ENOSPC."""
+    import resource
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [LAUNCH, "+recipe=tiny_cpu", "train.steps=6", "train.checkpoint.interval=3",
+         "logging.wandb.mode=disabled", f"hydra.run.dir={run_dir}"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, HOME=str(tmp_path)),
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (300 * 1024, 300 * 1024)))
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "train.checkpoint: step 3 could not be written to" in last
+    assert "(File too large); free space there or set train.checkpoint.dir" in last
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not list((run_dir / "checkpoints").glob("step_*"))
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "error"
