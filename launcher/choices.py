@@ -54,6 +54,7 @@ class LrSchedule(str, Enum):
 
 class DataKind(str, Enum):
     mock = "mock"
+    indexed = "indexed"
 
 
 class WandbMode(str, Enum):

@@ -49,6 +49,10 @@ def _main(composed: DictConfig) -> None:
         if not ranks.external_starter():  # else the rank checks the world it was given
             check_world_size(cfg, cfg.runtime.world_size)
         resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
+        if cfg.data.kind.value == "indexed":
+            from launcher.dataset_check import check_data
+
+            check_data(cfg.data, cfg.model.vocab_size)
     except ConfigError as err:
         return refuse(err, run_dir)
     from launcher.spawn import run

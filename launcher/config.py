@@ -235,6 +235,10 @@ class TrainConfig:
     is always checked before the step."""
     inject_nan_at_step: Optional[int] = None
     """A test hook: make the loss non-finite at this step, to see the NaN guard stop the run."""
+    eval_interval: int = 0
+    """Validation loss every N steps (and at the last step); 0: none."""
+    eval_iters: int = 2
+    """Global batches of validation data per evaluation."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Saving and resuming."""
 
@@ -252,6 +256,10 @@ class TrainConfig:
             raise ConfigError(f"train.grad_clip={self.grad_clip} must be >= 0; use 0 to turn it off")
         if self.warmup_steps < 0:
             raise ConfigError(f"train.warmup_steps={self.warmup_steps} must be >= 0")
+        if self.eval_interval < 0:
+            raise ConfigError(f"train.eval_interval={self.eval_interval} must be >= 0; set 0 "
+                              "(no validation) or a number of steps")
+        _positive("train.eval_iters", self.eval_iters)
         if self.lr_warmup_steps and self.lr_warmup_steps >= self.steps:
             raise ConfigError(
                 f"train.lr_warmup_steps={self.lr_warmup_steps} must be below "
@@ -265,9 +273,36 @@ class DataConfig:
 
     kind: DataKind = DataKind.mock
     """mock: seeded synthetic sequences (each sample counts up from a random token by a random
-    stride, so there is something to learn)."""
+    stride, so there is something to learn) | indexed: megatron-core indexed datasets (data.path)."""
     fixed_batch: bool = False
     """Reuse the first global batch every step (a memorisation check)."""
+    path: Optional[str] = None
+    """indexed: dataset prefixes (PREFIX.bin/.idx, as `launch-prepare` writes them), each
+    optionally preceded by its blending weight, as Megatron-LM's --data-path: "0.3 A 0.7 B"."""
+    split: str = "98,2,0"
+    """indexed: train,valid,test weights of each dataset's documents (Megatron-LM's --split)."""
+    cache_dir: Optional[str] = None
+    """indexed: where megatron-core caches its sample indices; null: <run dir>/data_cache."""
+
+    def __post_init__(self):
+        if DataKind(self.kind) == DataKind.indexed and not self.path:
+            raise ConfigError("data=indexed needs data.path; set data.path=PREFIX (the output of "
+                              "`launch-prepare`), or \"W1 PREFIX1 W2 PREFIX2\" to blend")
+        if not re.fullmatch(r"\d+(\.\d*)?,\d+(\.\d*)?,\d+(\.\d*)?", self.split):
+            raise ConfigError(f"data.split={self.split} is not three comma-separated weights; "
+                              "set it like data.split=98,2,0")
+
+    def blend(self) -> tuple:
+        """(prefixes, weights or None), as megatron-core's blend takes them."""
+        words = (self.path or "").split()
+        try:
+            weights = [float(w) for w in words[0::2]]
+        except ValueError:
+            return words, None
+        if len(words) % 2 or any(w <= 0 for w in weights):
+            raise ConfigError(f"data.path={self.path}: weights and prefixes must alternate, "
+                              "weights positive; set data.path=\"0.3 A 0.7 B\" or data.path=A")
+        return words[1::2], weights
 
 
 @dataclass

@@ -28,6 +28,10 @@ def explain(err: Exception) -> str:
     if isinstance(cause, ValidationError):
         given = override.group(1) if override else cause.full_key
         return f"{given}: {first_line(cause)}; {validation_fix(first_line(cause), cause.full_key)}"
+    ambiguous = re.search(r"Ambiguous value for argument '([^']+)'", str(err))
+    if ambiguous:
+        return (f"{ambiguous.group(1)}: a comma makes a sweep; quote the value for one run "
+                "(key='a,b'), or sweep with -m")
     appendable = re.search(r"Could not override '(\S+)'\. No match in the defaults list.*"
                            r"use (\+\S+)", str(err), re.DOTALL)
     if appendable:

@@ -90,3 +90,21 @@ def train(model, optimizer, scheduler, data_iterator, steps: range, batch: Batch
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # so the step time covers the GPU work
         on_step(step, loss, grad_norm, time.perf_counter() - start)
+
+
+def evaluate(model, data_iterator, batch: Batch, iters: int) -> float:
+    """The validation loss: forward only over `iters` global batches, averaged over them and
+    over data-parallel ranks."""
+    forward_backward = get_forward_backward_func()
+    model.eval()
+    losses = []
+    with torch.no_grad():
+        for _ in range(iters):
+            outputs = forward_backward(
+                forward_step_func=make_forward_step(False), data_iterator=data_iterator,
+                model=[model], num_microbatches=batch.num_microbatches,
+                seq_length=batch.seq_length, micro_batch_size=batch.micro_batch_size,
+                forward_only=True)
+            losses.append(mean_loss(outputs))
+    model.train()
+    return sum(losses) / len(losses)

@@ -65,7 +65,7 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
     counter = PrefetchCounter(model)
     first_step = 1 + (load_checkpoint(resume_from, model, optimizer, scheduler, rank)
                       if resume_from else 0)
-    data, batch = data_for(cfg, model, first_step)
+    data, valid_data, batch = data_for(cfg, model, first_step, run_dir)
     captured = cfg.cuda_graph.enabled and not on_cpu
     forward_backward = None
     if captured:
@@ -79,10 +79,17 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
     if rank == 0:
         print_start(cfg, model, devices, world_size, on_cpu, first_step)
     saver = Saver(cfg, run_dir, model, optimizer, scheduler)
+
+    def after_step(step, *measured):
+        writer.on_step(step, *measured)
+        if cfg.train.eval_interval and (step % cfg.train.eval_interval == 0
+                                        or step == cfg.train.steps):
+            writer.on_eval(step, loop.evaluate(model, valid_data, batch, cfg.train.eval_iters))
+        saver.on_step(step)
+
     try:
         loop.train(model, optimizer, scheduler, data, range(first_step, cfg.train.steps + 1),
-                   batch, lambda *a: (writer.on_step(*a), saver.on_step(a[0])),
-                   forward_backward, cfg.train.inject_nan_at_step)
+                   batch, after_step, forward_backward, cfg.train.inject_nan_at_step)
     finally:
         writer.close()
     # megatron.core.__version__ appends the git hash of the *current directory's* repository.
@@ -111,20 +118,32 @@ def build_all(cfg, on_cpu):
     return model, optimizer, scheduler
 
 
-def data_for(cfg, model, first_step: int):
-    """This rank's microbatches from `first_step` on, and the shape of a step."""
+def data_for(cfg, model, first_step: int, run_dir: str):
+    """This rank's training and validation microbatches (training from `first_step` on), and
+    the shape of a step."""
     from megatron.core import parallel_state
 
     from launcher import loop
-    from launcher.data import microbatches
+    from launcher.data import build_datasets, microbatches
 
+    train, eval_ = cfg.train, cfg.train.eval_interval
+    evaluations = train.steps // eval_ + 1 if eval_ else 0
+    datasets = build_datasets(
+        cfg.data, cfg.model.seq_length, cfg.model.vocab_size, train.seed,
+        (train.steps * train.global_batch_size,
+         max(evaluations * train.eval_iters * train.global_batch_size, 1)),
+        cfg.data.cache_dir or os.path.join(run_dir, "data_cache"))
     dp_size = parallel_state.get_data_parallel_world_size()
-    num_microbatches = cfg.train.global_batch_size // (cfg.train.micro_batch_size * dp_size)
-    data = microbatches(cfg.train.seed, cfg.model.seq_length, cfg.model.vocab_size,
-                        cfg.train.micro_batch_size, cfg.train.global_batch_size,
-                        parallel_state.get_data_parallel_rank(), dp_size, cfg.data.fixed_batch,
-                        next(model.parameters()).device, first_step)
-    return data, loop.Batch(num_microbatches, cfg.model.seq_length, cfg.train.micro_batch_size)
+    share = (train.micro_batch_size, train.global_batch_size,
+             parallel_state.get_data_parallel_rank(), dp_size)
+    device = next(model.parameters()).device
+    training = microbatches(datasets[0], *share, cfg.data.fixed_batch, device, first_step)
+    # validation batch k of the run is the same whichever step the run resumed at
+    done = (first_step - 1) // eval_ * train.eval_iters + 1 if eval_ else 1
+    validation = microbatches(datasets[1], *share, False, device, done)
+    num_microbatches = train.global_batch_size // (train.micro_batch_size * dp_size)
+    return training, validation, loop.Batch(num_microbatches, cfg.model.seq_length,
+                                            train.micro_batch_size)
 
 
 def load_checkpoint(path, model, optimizer, scheduler, rank) -> int:
@@ -197,7 +216,7 @@ class _Recorder:
         self.device_name = None if on_cpu else torch.cuda.get_device_name()
         precision = cfg.train.precision.value
         self.peak = metrics.peak_flops(self.device_name, precision)
-        self.steps = []
+        self.steps, self.valid_losses = [], []
         self.jsonl = self.logger = None
         if rank == 0:
             self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"), first_step)
@@ -223,6 +242,14 @@ class _Recorder:
         print(f"step {step:>4}/{self.cfg.train.steps}  loss {loss:.4f}  "
               f"step {seconds * 1e3:7.1f} ms  {tps:9.0f} tokens/s/GPU", flush=True)
 
+    def on_eval(self, step, loss):
+        self.valid_losses.append({"step": step, "valid_loss": loss})
+        if self.rank != 0:
+            return
+        self.jsonl.write({"step": step, "valid_loss": loss})
+        self.logger.log({"valid/loss": loss}, step=step)
+        print(f"step {step:>4}/{self.cfg.train.steps}  validation loss {loss:.4f}", flush=True)
+
     def close(self):
         if self.jsonl:
             self.jsonl.close()
@@ -244,6 +271,8 @@ class _Recorder:
             "step_time_s_p90": stats["p90"],
             "peak_memory_bytes": peak_memory_bytes(self.on_cpu),
             "final_loss": self.steps[-1]["loss"],
+            "final_valid_loss": self.valid_losses[-1]["valid_loss"] if self.valid_losses
+            else None,
             "first_group_prefetches": prefetches,
             "cuda_graph_captured": captured,
         }

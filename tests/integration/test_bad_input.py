@@ -13,7 +13,8 @@ import pytest
 pytestmark = pytest.mark.integration
 
 LAUNCH = str(Path(sys.executable).parent / "launch")
-FIX = re.compile(r"\b(set|give|pick|add|remove|change|lower|make|use|see|check)\b")
+FIX = re.compile(r"\b(set|give|pick|add|remove|change|lower|make|use|see|check|run|fix|quote|"
+                 r"prepare)\b")
 
 CATALOGUE = [
     # unknown keys
@@ -70,6 +71,15 @@ CATALOGUE = [
     (["runtime.rdzv_endpoint=node1"], "runtime.rdzv_endpoint=node1 is not HOST:PORT"),
     (["runtime.timeout_s=0"], "runtime.timeout_s=0 must be at least 1"),
     (["sweep.repeats=0"], "sweep.repeats=0 must be at least 1"),
+    # data
+    (["data=indexed"], "data=indexed needs data.path; set data.path=PREFIX"),
+    (["data=indexed", "data.path=/nonexistent/corpus"],
+     "data.path: /nonexistent/corpus.idx does not exist; run `launch-prepare"),
+    (["data=indexed", "data.path=0.5 /a 0.5"], "weights and prefixes must alternate"),
+    (["data=indexed", "data.path=/a", "data.split='98,2'"], "data.split=98,2 is not three"),
+    (["data=indexed", "data.path=/a", "data.split=98,2,0"], "data.split=98,2,0: a comma makes "
+                                                            "a sweep; quote the value"),
+    (["train.eval_interval=-1"], "train.eval_interval=-1 must be >= 0"),
     # where the run writes
     (["hydra.run.dir=/etc/hostname/run"], "cannot write /etc/hostname/run: Not a directory; set "
                                           "hydra.run.dir"),
@@ -182,3 +192,16 @@ def test_a_full_disk_fails_the_checkpoint_and_leaves_none_visible(tmp_path):
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not list((run_dir / "checkpoints").glob("step_*"))
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "error"
+
+
+def test_an_unreadable_data_index_is_refused_naming_it(tmp_path):
+    (tmp_path / "corpus.idx").write_bytes(b"not an index at all")
+    (tmp_path / "corpus.bin").write_bytes(b"")
+    proc = subprocess.run([LAUNCH, "+recipe=tiny_cpu", "data=indexed",
+                           f"data.path={tmp_path / 'corpus'}", f"hydra.run.dir={tmp_path / 'run'}"],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, HOME=str(tmp_path)))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: data.path: {tmp_path / 'corpus.idx'} is not a megatron-core index; prepare the "
+        "dataset with `launch-prepare`"]

@@ -1,0 +1,87 @@
+"""Checks of indexed datasets before any rank starts: each bad file named in one line.
+
+An indexed dataset is PREFIX.bin (the tokens), PREFIX.idx (megatron-core's index: dtype,
+sequence lengths, offsets) and PREFIX.json (what `launch-prepare` records: the tokenizer, its
+vocabulary and end-of-document id). Reads the index with numpy only (no torch): the header layout
+is megatron-core's `_IndexWriter` (indexed_dataset.py).
+"""
+
+import json
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from launcher.config import ConfigError
+
+HEADER = b"MMIDIDX\x00\x00"
+DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64,
+          7: np.float32, 8: np.uint16}  # megatron-core's DType codes
+
+
+def check_data(data, vocab_size: int) -> None:
+    """Every prefix of data.path: present, consistent, non-empty, within the model's vocab."""
+    prefixes, _ = data.blend()
+    for prefix in prefixes:
+        lengths, dtype = read_index(prefix)
+        bin_path = Path(f"{prefix}.bin")
+        if not bin_path.is_file():
+            raise ConfigError(f"data.path: {bin_path} does not exist; run `launch-prepare ... "
+                              f"--output {prefix}` or fix data.path")
+        expected = int(lengths.sum()) * np.dtype(dtype).itemsize
+        if bin_path.stat().st_size != expected:
+            raise ConfigError(f"data.path: {bin_path} has {bin_path.stat().st_size} bytes but "
+                              f"{prefix}.idx describes {expected}; the pair does not match, "
+                              "prepare them again together")
+        if expected == 0:
+            raise ConfigError(f"data.path: {bin_path} holds no tokens; prepare it from "
+                              "non-empty input")
+        top = int(np.memmap(bin_path, dtype=dtype, mode="r").max())
+        if top >= vocab_size:
+            raise ConfigError(f"data.path: {bin_path} holds token id {top} but "
+                              f"model.vocab_size={vocab_size}; set model.vocab_size to at least "
+                              f"{tokenizer_of(prefix).vocab_size} (its tokenizer's vocabulary)")
+
+
+def read_index(prefix: str) -> tuple:
+    """(sequence lengths, token dtype) from PREFIX.idx; ConfigError naming the file if bad."""
+    path = Path(f"{prefix}.idx")
+    try:
+        with open(path, "rb") as f:
+            header = f.read(9)
+            if header != HEADER:
+                raise ConfigError(f"data.path: {path} is not a megatron-core index; prepare "
+                                  "the dataset with `launch-prepare`")
+            _version, code, count, _docs = struct.unpack("<QBQQ", f.read(25))
+            lengths = np.frombuffer(f.read(4 * count), dtype=np.int32)
+    except FileNotFoundError:
+        raise ConfigError(f"data.path: {path} does not exist; run `launch-prepare ... --output "
+                          f"{prefix}` or fix data.path") from None
+    except (OSError, struct.error) as err:
+        raise ConfigError(f"data.path: {path} is unreadable ({err}); prepare it again") from None
+    if code not in DTYPES or len(lengths) != count:
+        raise ConfigError(f"data.path: {path} is truncated or corrupt; prepare it again")
+    if count == 0:
+        raise ConfigError(f"data.path: {path} indexes no documents; prepare it from "
+                          "non-empty input")
+    return lengths, DTYPES[code]
+
+
+def tokenizer_of(prefix: str) -> SimpleNamespace:
+    """What megatron-core's GPTDataset needs of the tokenizer (eod, pad, vocab size), from the
+    PREFIX.json that `launch-prepare` wrote."""
+    path = Path(f"{prefix}.json")
+    try:
+        meta = json.loads(path.read_text())
+        identity = {"tokenizer": meta["tokenizer"], "vocab_size": meta["vocab_size"],
+                    "eod": meta["eod"]}  # part of megatron-core's index-cache key
+        return SimpleNamespace(eod=meta["eod"], pad=meta.get("pad", -1),
+                               vocab_size=meta["vocab_size"], name=meta["tokenizer"],
+                               unique_identifiers=identity)
+    except FileNotFoundError:
+        raise ConfigError(f"data.path: {path} does not exist (it names the tokenizer); prepare "
+                          "the dataset with `launch-prepare`") from None
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"data.path: {path} is unreadable or corrupt ({err}); prepare the "
+                          "dataset again") from None

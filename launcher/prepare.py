@@ -1,0 +1,351 @@
+"""`launch-prepare`: text files to megatron-core's indexed dataset (PREFIX.bin, PREFIX.idx).
+
+    launch-prepare docs.jsonl notes.txt --output data/corpus --tokenizer byte
+    launch-prepare --stdlib-corpus --output data/stdlib --tokenizer byte
+
+A `.jsonl` input holds one JSON object per line, the document under --json-key (default `text`);
+any other file is one document of plain UTF-8 text. Each document is tokenized, ends with the
+tokenizer's eod (unless --no-append-eod), and is written by megatron-core's own
+`IndexedDatasetBuilder`; PREFIX.json records the tokenizer and the counts. Blank documents are
+left out.
+
+Every input is read once to check it before anything is written: a bad line at the end of a large
+file fails in seconds, not after the tokenizing, and before megatron-core (slow to import) loads.
+The .bin and .idx are written under temporary names and renamed at the end, so PREFIX.bin/.idx are
+the previous ones or the whole new ones, never half-written. Bad input prints one line naming the
+file and the fix, and exits 2.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Iterator, List, Tuple
+
+from launcher.outputs import write_json_atomic
+from launcher.tokenizer import TokenizerError, load_tokenizer
+
+PROG = "launch-prepare"
+OUTPUT_SUFFIXES = (".bin", ".idx", ".json")
+
+
+class PrepareError(ValueError):
+    """Input that cannot be prepared; the message is one line: the file, what is wrong, the fix."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit 2, as every other bad input."""
+
+    def error(self, message: str):
+        print(f"error: {message}; see {PROG} --help", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse_args(argv) -> argparse.Namespace:
+    """The command line of `launch-prepare`."""
+    parser = ArgumentParser(prog=PROG, description="Tokenize text files into megatron-core's "
+                            "indexed dataset: PREFIX.bin, PREFIX.idx and PREFIX.json.")
+    parser.add_argument("inputs", nargs="*", metavar="INPUT",
+                        help=".jsonl files (one JSON object per line) or plain text files "
+                             "(one document each)")
+    parser.add_argument("--output", required=True, metavar="PREFIX",
+                        help="output prefix: writes PREFIX.bin, PREFIX.idx and PREFIX.json")
+    parser.add_argument("--tokenizer", required=True, metavar="NAME",
+                        help="`byte`, or a Hugging Face tokenizer directory or tokenizer.json")
+    parser.add_argument("--json-key", default="text", metavar="KEY",
+                        help="the key holding the document in each JSONL object (default: text)")
+    parser.add_argument("--append-eod", action=argparse.BooleanOptionalAction, default=True,
+                        help="end each document with the tokenizer's eod token (default: on)")
+    parser.add_argument("--stdlib-corpus", action="store_true",
+                        help="instead of INPUTs, write the Python standard library's docstrings "
+                             "to PREFIX.jsonl and prepare that")
+    args = parser.parse_args(argv)
+    if args.stdlib_corpus and args.inputs:
+        parser.error("give INPUT files or --stdlib-corpus, not both")
+    if not args.stdlib_corpus and not args.inputs:
+        parser.error("no INPUT files; give .jsonl or text files, or --stdlib-corpus")
+    return args
+
+
+def check_output(prefix: str) -> None:
+    """PREFIX names files in a writable directory (created if missing), not a directory itself."""
+    if prefix.endswith(os.sep) or os.path.isdir(prefix):
+        raise PrepareError(f"--output {prefix} is a directory; give a prefix in it, like "
+                           f"{os.path.join(prefix, 'corpus')}")
+    stem, suffix = os.path.splitext(prefix)
+    if suffix in OUTPUT_SUFFIXES:
+        raise PrepareError(f"--output {prefix}: give the prefix without {suffix} ({stem}); "
+                           "the .bin, .idx and .json are added to it")
+    folder = os.path.dirname(os.path.abspath(prefix))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        reason = "a file, not a directory" if os.path.isfile(folder) else err.strerror
+        raise PrepareError(f"--output {prefix}: cannot write in {folder} ({reason}); give "
+                           "--output a prefix in a writable directory") from None
+
+
+def check_inputs(paths: List[str]) -> None:
+    """Every INPUT is a readable file."""
+    for path in paths:
+        if not os.path.exists(path):
+            raise PrepareError(f"input {path} does not exist; check the path")
+        if os.path.isdir(path):
+            raise PrepareError(f"input {path} is a directory; give the files in it "
+                               f"({os.path.join(path, '*.jsonl')})")
+        try:
+            open(path, "rb").close()
+        except OSError as err:
+            raise PrepareError(f"input {path} cannot be read ({err.strerror}); check its "
+                               "permissions") from None
+
+
+def jsonl_text(path: str, number: int, line: str, json_key: str) -> str:
+    """The document on line `number` of a JSONL file."""
+    where = f"input {path} line {number}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise PrepareError(f"{where} is not JSON ({err.msg}, column {err.colno}); fix or remove "
+                           "the line") from None
+    if not isinstance(obj, dict):
+        raise PrepareError(f"{where} is a JSON {type(obj).__name__}, not an object; give one "
+                           f'object per line, like {{"{json_key}": "..."}}')
+    if json_key not in obj:
+        keys = ", ".join(list(obj)[:5]) or "none"
+        raise PrepareError(f'{where} has no key "{json_key}" (keys: {keys}); pass --json-key '
+                           "with the key that holds the document")
+    text = obj[json_key]
+    if not isinstance(text, str):
+        raise PrepareError(f'{where}: "{json_key}" holds a JSON {type(text).__name__}, not a '
+                           "string; give the document as a string")
+    return text
+
+
+def read_jsonl(path: str, json_key: str) -> Iterator[str]:
+    """The documents of a JSONL file; blank lines are skipped."""
+    with open(path, encoding="utf-8", newline="") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                yield jsonl_text(path, number, line, json_key)
+
+
+def read_text(path: str) -> Iterator[str]:
+    """A plain text file as one document, its line endings kept."""
+    with open(path, encoding="utf-8", newline="") as f:
+        yield f.read()
+
+
+def read_documents(paths: List[str], json_key: str) -> Iterator[str]:
+    """Every non-blank document of the inputs, in order."""
+    for path in paths:
+        reader = read_jsonl(path, json_key) if path.lower().endswith(".jsonl") else read_text(path)
+        try:
+            for text in reader:
+                if text.strip():
+                    yield text
+        except UnicodeDecodeError as err:
+            raise PrepareError(f"input {path} is not UTF-8 text (byte {err.start}: {err.reason}); "
+                               "convert it to UTF-8, e.g. with iconv -t UTF-8") from None
+        except OSError as err:
+            raise PrepareError(f"input {path} cannot be read ({err.strerror}); check the "
+                               "file") from None
+
+
+def count_documents(paths: List[str], json_key: str) -> int:
+    """The number of documents, reading (and so checking) every input; none is an error."""
+    count = sum(1 for _ in read_documents(paths, json_key))
+    if count == 0:
+        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        raise PrepareError(f"no documents in {shown}: every input is empty or blank; give files "
+                           "that hold text")
+    return count
+
+
+class Progress:
+    """Documents and tokens on stderr while writing: tqdm's bar if installed, else a counter line.
+    Shown only on a terminal, so logs and pipes get the final line alone."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.documents, self.tokens = total, 0, 0
+        self.shown = sys.stderr.isatty()
+        self._last = 0.0
+        self.closed = False
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self._bar = None
+        else:
+            self._bar = tqdm(total=total, unit="doc", file=sys.stderr, disable=not self.shown,
+                             dynamic_ncols=True, desc="prepare")
+
+    def update(self, tokens: int) -> None:
+        """One more document of `tokens` tokens."""
+        self.documents += 1
+        self.tokens += tokens
+        if self._bar is not None:
+            self._bar.update(1)
+            self._bar.set_postfix_str(f"{self.tokens:,} tokens", refresh=False)
+        elif self.shown and time.monotonic() - self._last > 0.2:
+            self._last = time.monotonic()
+            print(f"\r{self.counter()}", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Ends the bar or the counter line; a second call does nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._bar is not None:
+            self._bar.set_postfix_str(f"{self.tokens:,} tokens", refresh=False)
+            self._bar.close()
+        elif self.shown:
+            print(f"\r{self.counter()}", file=sys.stderr, flush=True)
+
+    def counter(self) -> str:
+        """The counter line shown without tqdm."""
+        return f"[prepare] {self.documents:,}/{self.total:,} documents, {self.tokens:,} tokens"
+
+
+def import_writer():
+    """megatron-core's DType and IndexedDatasetBuilder, without its import-time warnings
+    (Transformer Engine/Apex missing, no CUDA runtime): they are noise for a tokenizing tool."""
+    import logging
+    import warnings
+
+    torch_log = logging.getLogger("torch.utils.cpp_extension")
+    level = torch_log.level
+    torch_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+    finally:
+        torch_log.setLevel(level)
+    return DType, IndexedDatasetBuilder
+
+
+def token_dtype(dtype_enum, vocab_size: int):
+    """The narrowest numpy dtype megatron-core picks for ids below `vocab_size`."""
+    import numpy
+
+    optimal = getattr(dtype_enum, "optimal_dtype", None)
+    return optimal(vocab_size) if optimal is not None else numpy.int32
+
+
+def temporary_path(prefix: str, suffix: str) -> str:
+    """A fresh hidden file next to PREFIX, to be renamed onto PREFIX + suffix."""
+    folder, base = os.path.split(os.path.abspath(prefix))
+    fd, path = tempfile.mkstemp(dir=folder, prefix=f".{base}.", suffix=f"{suffix}.tmp")
+    os.fchmod(fd, 0o644)  # mkstemp makes 0600; a dataset is for everyone who can read the dir
+    os.close(fd)
+    return path
+
+
+def fsync_file(path: str) -> None:
+    """Flushes a closed file to the disk before it is renamed into place."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def write_documents(builder, documents: Iterator[str], tokenizer, append_eod: bool, dtype,
+                    progress: Progress) -> Tuple[int, int]:
+    """Tokenizes and adds each document; returns (documents, tokens) written."""
+    import numpy
+
+    num_documents = num_tokens = 0
+    for text in documents:
+        ids = tokenizer.tokenize(text)
+        if append_eod:
+            ids.append(tokenizer.eod)
+        if not ids:  # a document no token stands for: megatron cannot sample from it
+            continue
+        builder.add_document(numpy.asarray(ids, dtype=dtype), [len(ids)])
+        num_documents += 1
+        num_tokens += len(ids)
+        progress.update(len(ids))
+    return num_documents, num_tokens
+
+
+def write_dataset(prefix: str, paths: List[str], json_key: str, tokenizer, append_eod: bool,
+                  total: int) -> Tuple[int, int]:
+    """Writes PREFIX.bin and PREFIX.idx with megatron-core's builder, under temporary names
+    renamed at the end; returns (documents, tokens)."""
+    dtype_enum, builder_class = import_writer()
+    dtype = token_dtype(dtype_enum, tokenizer.vocab_size)
+    tmp_bin, tmp_idx = temporary_path(prefix, ".bin"), temporary_path(prefix, ".idx")
+    progress = Progress(total)
+    builder = None
+    try:
+        builder = builder_class(tmp_bin, dtype=dtype)
+        counts = write_documents(builder, read_documents(paths, json_key), tokenizer, append_eod,
+                                 dtype, progress)
+        if counts[0] == 0:
+            raise PrepareError(f"no document of {', '.join(paths[:3])} has a token; use "
+                               "--append-eod or another tokenizer")
+        builder.finalize(tmp_idx)
+        progress.close()
+        fsync_file(tmp_bin)
+        fsync_file(tmp_idx)
+        os.replace(tmp_bin, prefix + ".bin")
+        os.replace(tmp_idx, prefix + ".idx")
+        return counts
+    except BaseException:
+        progress.close()
+        if builder is not None:
+            builder.data_file.close()
+        for path in (tmp_bin, tmp_idx):
+            if os.path.exists(path):
+                os.unlink(path)
+        raise
+
+
+def prepare(paths: List[str], prefix: str, tokenizer, json_key: str = "text",
+            append_eod: bool = True) -> dict:
+    """Checks the inputs and the output, writes PREFIX.bin/.idx/.json with `tokenizer` (from
+    `load_tokenizer`); returns the metadata. Bad input raises PrepareError (one line) before
+    anything is written."""
+    check_output(prefix)
+    check_inputs(paths)
+    total = count_documents(paths, json_key)
+    num_documents, num_tokens = write_dataset(prefix, paths, json_key, tokenizer, append_eod, total)
+    metadata = {"tokenizer": tokenizer.name, "vocab_size": tokenizer.vocab_size,
+                "eod": tokenizer.eod, "pad": tokenizer.pad, "documents": num_documents,
+                "tokens": num_tokens, "append_eod": append_eod}
+    write_json_atomic(prefix + ".json", metadata)
+    return metadata
+
+
+def write_corpus(prefix: str) -> str:
+    """The standard-library docstring corpus as PREFIX.jsonl; returns its path."""
+    from launcher.corpus import write_stdlib_corpus
+
+    check_output(prefix)
+    path = prefix + ".jsonl"
+    count = write_stdlib_corpus(path)
+    print(f"[prepare] {count} standard-library docstrings -> {path}")
+    return path
+
+
+def main(argv=None) -> None:
+    """`launch-prepare INPUT... --output PREFIX --tokenizer NAME`; exit code 2 on bad input."""
+    args = parse_args(argv)
+    try:
+        tokenizer = load_tokenizer(args.tokenizer)  # a wrong NAME fails before a corpus is written
+        inputs = [write_corpus(args.output)] if args.stdlib_corpus else args.inputs
+        meta = prepare(inputs, args.output, tokenizer, args.json_key, args.append_eod)
+    except (PrepareError, TokenizerError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:  # the disk, not the input: full, or gone while writing
+        print(f"error: writing {args.output}.bin/.idx failed ({err}); free space or give --output "
+              "another directory", file=sys.stderr)
+        sys.exit(1)
+    print(f"[prepare] {meta['documents']} documents, {meta['tokens']} tokens -> "
+          f"{args.output}.bin/.idx (tokenizer {meta['tokenizer']}, vocab {meta['vocab_size']})")
+
+
+if __name__ == "__main__":
+    main()
