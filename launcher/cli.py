@@ -55,6 +55,11 @@ def _main(composed: DictConfig) -> None:
             check_data(cfg.data, cfg.model.vocab_size)
     except ConfigError as err:
         return refuse(err, run_dir)
+    if cfg.runtime.dry_run:
+        from launcher.estimate import describe
+
+        world = cfg.runtime.world_size
+        return print(describe(cfg, world, check_world_size(cfg, world)))
     from launcher.spawn import run
 
     resolved = OmegaConf.to_container(composed, resolve=True)
@@ -94,6 +99,9 @@ def main() -> None:
     except KeyboardInterrupt:
         print("error: interrupted; the run stopped and wrote no summary", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:  # `launch ... | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except OSError as err:  # the run directory cannot be made or written
         print(f"error: cannot write {err.filename}: {err.strerror}; set hydra.run.dir "
               "(hydra.sweep.dir with -m) to a writable directory", file=sys.stderr)

@@ -347,6 +347,9 @@ class RuntimeConfig:
     Slurm gives when they do (a number here must then match it)."""
     nnodes: Optional[int] = None
     """Nodes in the job. null: 1 when `launch` starts the ranks; what the starter gives otherwise."""
+    dry_run: bool = False
+    """Compose, validate and print what would run (a sweep: its plan; a run: parameters, FLOPs,
+    tokens and memory per GPU), without importing torch or starting anything."""
     timeout_s: int = 600
     """Collective timeout of the process group (a stalled rank fails the job as `timeout`)."""
     rdzv_endpoint: Optional[str] = None

@@ -101,6 +101,9 @@ def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
     if plan.baseline is None:
         print("error: no cell of the sweep is valid (reasons above); fix the grid", file=sys.stderr)
         return 2
+    if master.runtime.dry_run:
+        print("[sweep] dry run: nothing started")
+        return 0
     os.makedirs(plan.sweep_dir, exist_ok=True)
     reported = os.path.exists(os.path.join(plan.sweep_dir, "results.csv"))
     plan.save()

@@ -115,6 +115,8 @@ def expand_grid(arguments: List[str], config_loader=None) -> tuple:
 def cell_id(resolved: dict) -> str:
     """A stable hash of what the cell measures (sha256, so the same across processes)."""
     measured = {k: v for k, v in resolved.items() if k not in UNMEASURED}
+    measured["runtime"] = {k: v for k, v in measured.get("runtime", {}).items()
+                           if k != "dry_run"}  # a dry run plans the same cells
     blob = json.dumps(measured, sort_keys=True, default=canonical)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 

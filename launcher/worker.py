@@ -99,6 +99,7 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
     summary = writer.summary(counter.count, captured, type(model).__name__, mcore_version,
                              local_shard_numel(model))
     return {**summary, "hosts": list(devices), "devices_by_host": devices,
+            "num_parameters": sum(p.numel() for p in model.parameters()),
             "resumed_from": resume_from, "checkpoints": saver.saved}
 
 
