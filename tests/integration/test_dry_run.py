@@ -1,5 +1,5 @@
-"""`runtime.dry_run=true`: the plan and the estimate without torch, and the start-up benchmark
-running to completion (its figures are printed, never asserted)."""
+"""`runtime.dry_run=true`: the plan and the estimate without torch; the benchmarks under bench/
+run to completion on the tiny model (their figures are printed, never asserted)."""
 
 import json
 import os
@@ -62,3 +62,12 @@ def test_startup_benchmark_runs_and_ends_with_its_line():
     lines = proc.stdout.strip().splitlines()
     assert re.fullmatch(r"cfg_job_s=\d+\.\d\d sweep_preflight_s=\d+\.\d\d", lines[-1])
     assert sum("heavy imports: []" in line for line in lines) == 2
+
+
+def test_overhead_benchmark_runs_and_ends_with_its_line():
+    proc = subprocess.run([sys.executable, "bench/overhead.py", "--pairs", "1", "--steps", "4"],
+                          capture_output=True, text=True, timeout=900,
+                          cwd=Path(__file__).parents[2])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"steady_state_ratio=\d+\.\d{3} first_step_ratio=\d+\.\d{3}", last)

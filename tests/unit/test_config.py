@@ -1,5 +1,7 @@
 """Schema and every validation rule, through Hydra's real compose and OmegaConf.to_object."""
 
+from pathlib import Path
+
 import pytest
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
@@ -15,9 +17,13 @@ def make(*overrides):
         return to_config(compose(config_name="config", overrides=list(overrides)))
 
 
-@pytest.mark.parametrize("recipe", ["gpt", "tiny_cpu"])
+RECIPES = sorted(p.stem for p in (Path(__file__).parents[2] / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_composes_and_validates(recipe):
-    cfg = make(f"+recipe={recipe}")
+    extra = ["data.path=data/stdlib"] if recipe == "tiny_cpu_text" else []
+    cfg = make(f"+recipe={recipe}", *extra)
     assert cfg.train.steps > 0
 
 

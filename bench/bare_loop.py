@@ -1,0 +1,125 @@
+"""The baseline of bench/overhead.py: the same megatron-core GPT, wrapped in the same
+Megatron-FSDP, trained on the same mock data, with no launcher code (only the CPU compatibility
+layer, which megatron-core needs on a machine without CUDA).
+
+    torchrun --nproc-per-node=1 bench/bare_loop.py --steps 20
+
+Prints `first step done` when step 1 ends, and at the end one JSON line {"step_times_s": [...]}.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def build(args, on_cpu: bool):
+    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+    from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.transformer import TransformerConfig
+
+    parallel_state.initialize_model_parallel()
+    tensor_parallel.model_parallel_cuda_manual_seed(1234)
+    config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4,
+                               num_query_groups=4, ffn_hidden_size=256, activation_func=F.gelu,
+                               hidden_dropout=0.0, attention_dropout=0.0,
+                               use_cpu_initialization=on_cpu)
+    gpt = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(),
+                   vocab_size=128, max_sequence_length=args.seq)
+    ddp = DistributedDataParallelConfig(
+        use_megatron_fsdp=True, use_distributed_optimizer=True,
+        data_parallel_sharding_strategy="optim_grads_params",
+        fsdp_all_gather_in_start_param_sync=True, overlap_grad_reduce=True,
+        overlap_param_gather=True, gradient_reduce_div_fusion=not on_cpu)
+    device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+    model = FullyShardedDataParallel(config, ddp, gpt, device=device)
+    config.finalize_model_grads_func = finalize_model_grads
+    config.no_sync_func = model.no_sync
+    optimizer = get_megatron_optimizer(
+        OptimizerConfig(optimizer="adam", lr=1e-3, weight_decay=0.01, clip_grad=1.0,
+                        use_distributed_optimizer=True), [model])
+    config.grad_scale_func = optimizer.scale_loss
+    return model, optimizer, device
+
+
+def batches(args, dp_rank, dp_size, device):
+    """The same mock samples as the launcher's: sample i counts up by a seeded stride."""
+    per_rank, step = args.global_batch // dp_size, 0
+    while True:
+        for first in range(0, per_rank, args.micro_batch):
+            rows = []
+            for j in range(args.micro_batch):
+                gen = torch.Generator().manual_seed(
+                    1234 * 1_000_003 + step * args.global_batch + dp_rank * per_rank + first + j)
+                start = torch.randint(0, 128, (1,), generator=gen)
+                stride = torch.randint(1, 8, (1,), generator=gen)
+                rows.append((start + stride * torch.arange(args.seq + 1)) % 128)
+            batch = torch.stack(rows).to(device)
+            yield batch[:, :-1], batch[:, 1:], torch.arange(args.seq, device=device).expand(
+                args.micro_batch, -1)
+        step += 1
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--seq", type=int, default=32)
+    parser.add_argument("--micro-batch", type=int, default=2)
+    parser.add_argument("--global-batch", type=int, default=8)
+    args = parser.parse_args()
+    on_cpu = not torch.cuda.is_available()
+    if on_cpu:
+        from launcher import cpu_compat
+
+        cpu_compat.activate()
+    else:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    torch.distributed.init_process_group("gloo" if on_cpu else "nccl")
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    model, optimizer, device = build(args, on_cpu)
+    dp_size = parallel_state.get_data_parallel_world_size()
+    data = batches(args, parallel_state.get_data_parallel_rank(), dp_size, device)
+    forward_backward = get_forward_backward_func()
+
+    def forward_step(iterator, model):
+        tokens, labels, positions = next(iterator)
+        output = model(tokens, positions, None, labels=labels)
+        return output, lambda losses: (losses.float().mean(), {"lm loss": losses.float().mean()})
+
+    times = []
+    for step in range(1, args.steps + 1):
+        start = time.perf_counter()
+        model.zero_grad_buffer()
+        optimizer.zero_grad()
+        outputs = forward_backward(forward_step_func=forward_step, data_iterator=data,
+                                   model=[model], num_microbatches=args.global_batch // (
+                                       args.micro_batch * dp_size),
+                                   seq_length=args.seq, micro_batch_size=args.micro_batch,
+                                   forward_only=False)
+        loss = torch.stack([o["lm loss"] for o in outputs]).mean()
+        torch.distributed.all_reduce(loss)
+        loss.item()
+        optimizer.step()
+        if not on_cpu:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        if step == 1 and torch.distributed.get_rank() == 0:
+            print("first step done", flush=True)
+    if torch.distributed.get_rank() == 0:
+        print(json.dumps({"step_times_s": times}), flush=True)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

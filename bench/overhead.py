@@ -1,0 +1,86 @@
+"""The launcher's overhead against a bare megatron-core loop (bench/bare_loop.py): the same tiny
+GPT, the same Megatron-FSDP, ranks and steps, run A B A B in one invocation.
+
+    .venv/bin/python bench/overhead.py [--pairs 5] [--steps 20] [--ranks 1]
+
+Prints the median steady-state step time of each (steps after the first 2, pooled over the
+pairs), their ratio, and the ratio of time-to-first-step (from starting the command to the end of
+step 1, medians), ending with one machine-readable line:
+`steady_state_ratio=X.XXX first_step_ratio=Y.YYY`. Targets: at most 1.02 and 1.15.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+WARMUP = 2  # steps left out of the steady state, as train.warmup_steps
+
+
+def timed(command: list, first_line: str, env: dict) -> tuple:
+    """(seconds from start to the line that ends step 1, the whole stdout)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env, cwd=ROOT)
+    first, lines = None, []
+    for line in iter(proc.stdout.readline, ""):  # not `for line in`: it reads ahead in blocks
+        lines.append(line)
+        if first is None and line.startswith(first_line):
+            first = time.perf_counter() - start
+    if proc.wait() != 0:
+        raise SystemExit(f"failed: {' '.join(command)}")
+    return first, lines
+
+
+def run_launch(args, folder: str, env: dict) -> tuple:
+    run_dir = Path(folder, f"launch-{time.monotonic_ns()}")
+    first, _ = timed([str(BIN / "launch"), "+recipe=tiny_cpu", f"train.steps={args.steps}",
+                      f"train.warmup_steps={WARMUP}", f"runtime.nproc_per_node={args.ranks}",
+                      "logging.wandb.mode=disabled", f"hydra.run.dir={run_dir}"],
+                     "step    1/", env)
+    times = json.loads((run_dir / "summary.json").read_text())["steady_state_step_times_s"]
+    return first, times
+
+
+def run_bare(args, env: dict) -> tuple:
+    first, lines = timed([str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={args.ranks}",
+                          str(ROOT / "bench" / "bare_loop.py"), f"--steps={args.steps}"],
+                         "first step done", env)
+    times = json.loads(lines[-1])["step_times_s"]
+    return first, times[WARMUP:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--ranks", type=int, default=1)
+    args = parser.parse_args()
+    env = dict(os.environ, WANDB_SILENT="true", PYTHONPATH=str(ROOT))
+    firsts, steady = {"launch": [], "bare": []}, {"launch": [], "bare": []}
+    with tempfile.TemporaryDirectory() as folder:
+        for pair in range(args.pairs):
+            for name, result in (("launch", run_launch(args, folder, env)),
+                                 ("bare", run_bare(args, env))):
+                firsts[name].append(result[0])
+                steady[name] += result[1]
+                print(f"pair {pair + 1}/{args.pairs} {name:<6} first step at {result[0]:.2f} s, "
+                      f"steady median {1e3 * statistics.median(result[1]):.1f} ms", flush=True)
+    medians = {k: statistics.median(v) for k, v in steady.items()}
+    first = {k: statistics.median(v) for k, v in firsts.items()}
+    for name in ("launch", "bare"):
+        print(f"{name:<6} steady-state step {1e3 * medians[name]:.2f} ms (median of "
+              f"{len(steady[name])} steps), time to first step {first[name]:.2f} s")
+    print(f"steady_state_ratio={medians['launch'] / medians['bare']:.3f} "
+          f"first_step_ratio={first['launch'] / first['bare']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
