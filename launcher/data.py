@@ -29,12 +29,6 @@ class MockDataset:
                 "loss_mask": torch.ones(self.seq_length)}
 
 
-def make_sample(index: int, seed: int, seq_length: int, vocab_size: int) -> torch.Tensor:
-    """seq_length + 1 tokens of mock sample `index`."""
-    item = MockDataset(seed, seq_length, vocab_size)[index]
-    return torch.cat([item["tokens"], item["labels"][-1:]])
-
-
 def microbatches(dataset, micro_batch_size: int, global_batch_size: int, dp_rank: int,
                  dp_size: int, fixed_batch: bool, device: torch.device, first_step: int = 1):
     """Yields (tokens, labels, loss_mask, position_ids) microbatches forever, this rank's share
