@@ -7,7 +7,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found; install Python 3.12"; exit 2; }
 	$(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e '.[test]'
+	# compat: the checkout itself on sys.path, so Hydra's plugin scan finds hydra_plugins/ in it
+	# (the default editable finder hides it from pkgutil, and the launch sweeper with it).
+	$(VENV)/bin/pip install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -77,7 +77,7 @@ def main():
     args = parser.parse_args()
     on_cpu = not torch.cuda.is_available()
     if on_cpu:
-        from launcher import cpu_compat
+        from launcher.run import cpu_compat
 
         cpu_compat.activate()
     else:

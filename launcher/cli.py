@@ -1,8 +1,9 @@
 """The `launch` entry point: compose with Hydra, validate, hand a Config to the spawner.
 
-`launch -m` goes through the launch sweeper (hydra_plugins/launch_sweeper -> launcher.sweep),
-which validates the whole grid first; each of its jobs comes back here as one run.
-Importing this module imports hydra and omegaconf only: `launch --cfg job` never imports torch.
+`launch -m` goes through the launch sweeper (hydra_plugins/launch_sweeper, found by Hydra's
+plugin scan; it calls launcher.sweep.driver), which validates the whole grid first and ends the
+process with the sweep's exit code; each of its jobs comes back here as one run. Importing this
+module imports hydra and omegaconf only: `launch --cfg job` never imports torch.
 """
 
 import os
@@ -14,10 +15,10 @@ from hydra.errors import HydraException
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from launcher import checkpoint, ranks
+from launcher.run import checkpoint, ranks
 from launcher.config import Config, ConfigError, check_world_size, to_config
 
-_exit_code = [0]  # set by a run or a sweep; Hydra's own errors leave through SystemExit(1)
+_exit_code = [0]  # set by a run; a sweep exits with its own code, Hydra's errors with 1
 
 
 def set_exit_code(code: int) -> None:
@@ -25,12 +26,7 @@ def set_exit_code(code: int) -> None:
 
 
 def register_configs() -> None:
-    """The schema, the sweeper, and every recipe as option of the `recipe` group (in --help)."""
-    from hydra.core.plugins import Plugins
-
-    from hydra_plugins.launch_sweeper import LaunchSweeper
-
-    Plugins.instance().register(LaunchSweeper)  # found by scanning too; this makes it certain
+    """The schema, and every recipe as option of the `recipe` group (in --help)."""
     store = ConfigStore.instance()
     store.store(name="schema", node=Config)
     for path in sorted(resources.files("launcher.recipes").iterdir()):
@@ -50,17 +46,17 @@ def _main(composed: DictConfig) -> None:
             check_world_size(cfg, cfg.runtime.world_size)
         resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
         if cfg.data.kind.value == "indexed":
-            from launcher.dataset_check import check_data
+            from launcher.data.check import check_data
 
             check_data(cfg.data, cfg.model.vocab_size)
     except ConfigError as err:
         return refuse(err, run_dir)
     if cfg.runtime.dry_run:
-        from launcher.estimate import describe
+        from launcher.run.estimate import describe
 
         world = cfg.runtime.world_size
         return print(describe(cfg, world, check_world_size(cfg, world)))
-    from launcher.spawn import run
+    from launcher.run.spawn import run
 
     resolved = OmegaConf.to_container(composed, resolve=True)
     try:
@@ -77,7 +73,7 @@ def refuse(err: ConfigError, run_dir: str) -> None:
     print(f"error: {err}", file=sys.stderr)
     set_exit_code(2)
     if HydraConfig.get().mode == RunMode.MULTIRUN:
-        from launcher.outputs import write_json_atomic
+        from launcher.files import write_json_atomic
 
         write_json_atomic(f"{run_dir}/summary.json", {"status": "invalid", "message": str(err)})
 
@@ -92,7 +88,7 @@ def main() -> None:
     try:
         _main()
     except HydraException as err:
-        from launcher.errors import explain
+        from launcher.config.explain import explain
 
         print(f"error: {explain(err)}", file=sys.stderr)
         sys.exit(2)

@@ -1,6 +1,7 @@
 """The `launch` sweeper (hydra/sweeper=launch, the default of `launch -m`).
 
-Hydra instantiates sweepers only from the hydra_plugins namespace; the logic is launcher.sweep.
+Hydra instantiates sweepers only from the hydra_plugins namespace and finds this one by scanning
+it; the logic is launcher.sweep.driver. The plugin depends on the package, never the reverse.
 """
 
 from dataclasses import dataclass
@@ -36,10 +37,10 @@ class LaunchSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
-        from launcher import cli
-        from launcher.sweep import run_sweep
+        from launcher.sweep.driver import run_sweep
 
         code = run_sweep(self.config, self.hydra_context.config_loader, self.launcher,
                          self.params, arguments)
-        cli.set_exit_code(code)
-        return []
+        # Nothing in Hydra runs after a sweep returns: end the process with the sweep's code
+        # (SystemExit passes through Hydra's error reporting, which catches Exception only).
+        raise SystemExit(code)

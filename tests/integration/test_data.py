@@ -56,7 +56,7 @@ def write_source(folder: Path, name: str, byte: str, documents: int) -> Path:
 
 def test_blending_weights_are_honoured(tmp_path):
     from launcher.config import DataConfig, DataKind
-    from launcher.data import build_datasets
+    from launcher.data.datasets import build_datasets
 
     a, b = write_source(tmp_path, "a", "a", 40), write_source(tmp_path, "b", "b", 40)
     data = DataConfig(kind=DataKind.indexed, path=f"0.25 {a} 0.75 {b}", split="100,0,0")

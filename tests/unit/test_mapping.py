@@ -2,10 +2,10 @@
 
 import torch
 
-from launcher import cpu_compat
+from launcher.run import cpu_compat
 
 cpu_compat.activate()
-from launcher import build  # noqa: E402  (imports megatron after the CPU layer)
+from launcher.run import build  # noqa: E402  (imports megatron after the CPU layer)
 from launcher.config import (  # noqa: E402
     CudaGraphConfig, CudaGraphImpl, FsdpConfig, ModelConfig, ParallelConfig, Precision,
     TrainConfig,

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from launcher import metrics
-from launcher.metrics import (
+from launcher.run import metrics
+from launcher.run.metrics import (
     PEAK_FLOPS,
     flops_per_step,
     mfu,

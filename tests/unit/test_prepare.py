@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.corpus import write_stdlib_corpus
-from launcher.prepare import main, prepare
-from launcher.tokenizer import ByteTokenizer, TokenizerError, load_tokenizer
+from launcher.data.corpus import write_stdlib_corpus
+from launcher.data.prepare import main, prepare
+from launcher.data.tokenizer import ByteTokenizer, TokenizerError, load_tokenizer
 
 SCRIPT = Path(sys.executable).parent / "launch-prepare"
-PREPARE = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "launcher.prepare"]
+PREPARE = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "launcher.data.prepare"]
 
 TEXTS = {
     "a.txt": "First file.\n\nIts second paragraph stays in the same document.\n",

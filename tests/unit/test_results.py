@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from launcher.failures import classify_failure, excerpt
-from launcher.results import collect, write_tables
-from launcher.sweep_plan import Cell, Plan
+from launcher.run.failures import classify_failure, excerpt
+from launcher.sweep.results import collect, write_tables
+from launcher.sweep.plan import Cell, Plan
 
 KEYS = ["fsdp.prefetch_first_param_group"]
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from launcher import stats
+from launcher.sweep import stats
 
 
 def repeats(rng, center, spread=0.03, num_repeats=3, steps=30):

@@ -11,7 +11,7 @@ from hydra.types import RunMode
 
 from launcher.cli import register_configs
 from launcher.config import ConfigError
-from launcher.sweep_plan import SweepError, build_plan
+from launcher.sweep.plan import SweepError, build_plan
 
 register_configs()
 RECIPE = "+recipe=sweep_tiny_cpu"

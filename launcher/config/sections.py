@@ -1,19 +1,15 @@
-"""The typed schema: one dataclass per config group, mirrored by conf/<group>/*.yaml.
+"""The schema's sections: one dataclass per config group, mirrored by conf/<group>/*.yaml.
 
-Hydra composes a writable copy of `Config` (registered in the ConfigStore as the schema of
-conf/config.yaml); `to_config` turns the composed DictConfig into frozen instances, which runs
-every section's `__post_init__` checks. Rules across sections live in `Config.__post_init__`; rules
-that need the world size live in `check_world_size`, called where the world is known. Every rule
-raises `ConfigError` whose message names the dotted key, the bad value and the fix. No rule ever
-rewrites a setting.
+Each section's own rules live in its `__post_init__`; every rule raises `ConfigError` whose
+message names the dotted key, the bad value and the fix. No rule ever rewrites a setting. The root
+that holds them, and the rules across sections, are in launcher/config/schema.py.
 """
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from launcher.choices import (  # noqa: F401  (re-exported: the schema's vocabulary)
+from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
     Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LrSchedule,
     Normalization, Precision, ShardingStrategy, WandbMode,
 )
@@ -398,104 +394,3 @@ class SweepConfig:
                 f"sweep.name={self.name} may hold only letters, digits, '_', '.' and '-' "
                 "(it names the wandb group); pick such a name"
             )
-
-
-@dataclass
-class Config:
-    """The root: one field per config group."""
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    fsdp: FsdpConfig = field(default_factory=FsdpConfig)
-    cuda_graph: CudaGraphConfig = field(default_factory=CudaGraphConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    sweep: SweepConfig = field(default_factory=SweepConfig)
-
-    def __post_init__(self):
-        if self.fsdp.prefetch_first_param_group and (
-            CudaGraphImpl(self.cuda_graph.impl) == CudaGraphImpl.full_iteration
-        ):
-            raise ConfigError(
-                "fsdp.prefetch_first_param_group=true cannot be captured by "
-                "cuda_graph.impl=full_iteration (the all-gather is enqueued outside the graph); "
-                "set fsdp.prefetch_first_param_group=false"
-            )
-        if self.train.check_nan_in_grad and self.cuda_graph.enabled:
-            raise ConfigError(
-                "train.check_nan_in_grad=true cannot run inside a CUDA graph (it syncs with the "
-                f"host per bucket) with cuda_graph.impl={self.cuda_graph.impl.value}; set "
-                "train.check_nan_in_grad=false (the loss is still checked every step)"
-            )
-        tp = self.parallel.tensor_model_parallel_size
-        if self.model.num_attention_heads % tp:
-            raise ConfigError(
-                f"model.num_attention_heads={self.model.num_attention_heads} is not divisible by "
-                f"parallel.tensor_model_parallel_size={tp}; pick a tensor-parallel size that "
-                "divides the heads"
-            )
-        excluded = self.excluded_steps
-        if self.train.steps <= excluded:
-            raise ConfigError(
-                f"train.steps={self.train.steps} leaves no steady-state step after the "
-                f"{excluded} excluded (train.warmup_steps, plus CUDA-graph warmup and capture); "
-                f"set train.steps above {excluded}"
-            )
-
-    @property
-    def excluded_steps(self) -> int:
-        """Steps left out of throughput: train.warmup_steps, plus CUDA-graph warmup and capture."""
-        graph = self.cuda_graph.warmup_steps + 1 if self.cuda_graph.enabled else 0
-        return self.train.warmup_steps + graph
-
-
-LAUNCH_WORLD = "runtime.nproc_per_node x runtime.nnodes"
-
-
-def check_world_size(cfg: Config, world_size: int, source: str = LAUNCH_WORLD) -> int:
-    """Checks the parallel sizes against the world size that `source` gives (the runtime
-    section, a Slurm launcher's tasks, or the world torchrun started); returns the data-parallel
-    size. Called where the world is known: before `launch` spawns, in a sweep's pre-flight, and in
-    a rank that another starter started, before training."""
-    mp = cfg.parallel.model_parallel_size
-    if world_size % mp:
-        raise ConfigError(
-            f"world size {world_size} ({source}) is not divisible by tp x pp x cp = {mp}; "
-            f"change {source} or the parallel sizes"
-        )
-    dp = world_size // mp
-    step = cfg.train.micro_batch_size * dp
-    if cfg.train.global_batch_size % step:
-        raise ConfigError(
-            f"train.global_batch_size={cfg.train.global_batch_size} is not divisible by "
-            f"train.micro_batch_size x data-parallel size = {cfg.train.micro_batch_size} x {dp}; "
-            f"set train.global_batch_size to a multiple of {step}"
-        )
-    return dp
-
-
-def to_config(composed) -> Config:
-    """The typed Config (plain dataclass instances, not Hydra nodes) from a composed DictConfig;
-    runs every __post_init__ check. A key appended with `+` that the schema lacks is refused,
-    not dropped."""
-    from omegaconf import OmegaConf
-
-    extra = unknown_keys(composed, Config)
-    if extra:
-        raise ConfigError(f"{extra[0]} is not a config key (added with +); check its spelling "
-                          "(`launch --cfg job` prints every key), or remove it")
-    return OmegaConf.to_object(composed)
-
-
-def unknown_keys(node, schema, prefix: str = "") -> list:
-    """Dotted keys of `node` that the dataclass `schema` has no field for."""
-    fields = {f.name: f.type for f in dataclasses.fields(schema)}
-    found = []
-    for key in node:
-        if key not in fields:
-            found.append(f"{prefix}{key}")
-        elif dataclasses.is_dataclass(fields[key]):
-            found += unknown_keys(node[key], fields[key], f"{prefix}{key}.")
-    return found

@@ -9,9 +9,9 @@ from typing import Optional
 
 import torch
 
-from launcher import cpu_compat, metrics, ranks
+from launcher.run import cpu_compat, metrics, ranks
 from launcher.config import Config, WandbMode
-from launcher.outputs import MetricsFile, NullLogger, WandbLogger, write_json_atomic
+from launcher.run.outputs import MetricsFile, NullLogger, WandbLogger
 
 
 # Printed by every rank of every run on a machine without Transformer Engine or Apex, where
@@ -57,8 +57,8 @@ def gather_devices(on_cpu: bool) -> dict:
 def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
     from importlib.metadata import version
 
-    from launcher import build, loop
-    from launcher.probe import PrefetchCounter
+    from launcher.run import build, loop
+    from launcher.run.probe import PrefetchCounter
 
     build.init_parallel(cfg.parallel, cfg.train.seed, cfg.runtime.timeout_s)
     model, optimizer, scheduler = build_all(cfg, on_cpu)
@@ -105,7 +105,7 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
 
 def build_all(cfg, on_cpu):
     """The M-FSDP-wrapped GPT, its DistributedOptimizer and LR scheduler."""
-    from launcher import build
+    from launcher.run import build
 
     tconfig = build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, on_cpu)
     if on_cpu and cfg.cuda_graph.enabled:
@@ -124,8 +124,8 @@ def data_for(cfg, model, first_step: int, run_dir: str):
     the shape of a step."""
     from megatron.core import parallel_state
 
-    from launcher import loop
-    from launcher.data import build_datasets, microbatches
+    from launcher.run import loop
+    from launcher.data.datasets import build_datasets, microbatches
 
     train, eval_ = cfg.train, cfg.train.eval_interval
     evaluations = train.steps // eval_ + 1 if eval_ else 0
@@ -148,7 +148,7 @@ def data_for(cfg, model, first_step: int, run_dir: str):
 
 
 def load_checkpoint(path, model, optimizer, scheduler, rank) -> int:
-    from launcher import checkpoint
+    from launcher.run import checkpoint
 
     step = checkpoint.load(path, model, optimizer, scheduler)
     if rank == 0:
@@ -160,7 +160,7 @@ class Saver:
     """Saves a checkpoint every train.checkpoint.interval steps and at the last step."""
 
     def __init__(self, cfg, run_dir, model, optimizer, scheduler):
-        from launcher.checkpoint import checkpoint_dir
+        from launcher.run.checkpoint import checkpoint_dir
 
         self.cfg, self.objects = cfg, (model, optimizer, scheduler)
         self.folder = checkpoint_dir(cfg.train.checkpoint, run_dir)
@@ -170,7 +170,7 @@ class Saver:
         interval = self.cfg.train.checkpoint.interval
         if not interval or (step % interval and step != self.cfg.train.steps):
             return
-        from launcher import checkpoint
+        from launcher.run import checkpoint
 
         os.makedirs(self.folder, exist_ok=True)
         path = checkpoint.save(self.folder, step, *self.objects, self.cfg.model)

@@ -18,11 +18,11 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from launcher import ranks
+from launcher.run import ranks
 from launcher.config import Config, ConfigError, Device, check_world_size
-from launcher.failures import classify_failure, excerpt
-from launcher.outputs import write_json_atomic
-from launcher.worker import run_rank
+from launcher.run.failures import classify_failure, excerpt
+from launcher.files import write_json_atomic
+from launcher.run.worker import run_rank
 
 RDZV_ID = "mfsdp-launcher"  # the same on every node of a multi-node job, as torchrun's default
 

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from launcher import ranks
+from launcher.run import ranks
 from launcher.config import Config, ConfigError, SweepConfig, check_world_size, to_config
 
 PLAN_FILE = "plan.json"
@@ -54,7 +54,7 @@ class Plan:
         return next(c for c in self.cells if c.id == cell_id)
 
     def save(self) -> None:
-        from launcher.outputs import write_json_atomic
+        from launcher.files import write_json_atomic
 
         write_json_atomic(os.path.join(self.sweep_dir, PLAN_FILE), asdict(self))
 

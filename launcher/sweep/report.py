@@ -6,15 +6,14 @@ swept key when there are two, as prefetch x CUDA-graph grids are), speedup again
 step-time distributions and peak memory. Text stays text in the SVG, so the page is searchable.
 """
 
-import base64
 import html
 import io
 import os
 import sys
 
-from launcher.results import HEADERS, SHOWN, Results, collect, display, write_tables
-from launcher.outputs import write_bytes_atomic, write_text_atomic
-from launcher.sweep_plan import short_names
+from launcher.sweep.results import HEADERS, SHOWN, Results, collect, display, write_tables
+from launcher.files import write_bytes_atomic, write_text_atomic
+from launcher.sweep.plan import short_names
 
 OK_COLOR, BASE_COLOR, FAIL_COLOR = "#4C72B0", "#DD8452", "#C44E52"
 
@@ -228,7 +227,7 @@ def print_results(results: Results, paths: list) -> None:
 
 def main(argv=None) -> None:
     """`launch-report SWEEP_DIR`: rebuild the results and the report from what is on disk."""
-    from launcher.sweep_plan import PLAN_FILE, Plan
+    from launcher.sweep.plan import PLAN_FILE, Plan
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):

@@ -13,7 +13,7 @@ from typing import List
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import ConfigError
-from launcher.sweep_plan import Plan, SweepError, build_plan, read_summary, run_dir, schedule
+from launcher.sweep.plan import Plan, SweepError, build_plan, read_summary, run_dir, schedule
 
 
 def quote(text: str) -> str:
@@ -66,8 +66,8 @@ def record_crash(folder: str, job_return) -> None:
     launcher lost it: a Slurm job killed) still leaves a classified one."""
     from hydra.core.utils import JobStatus
 
-    from launcher.failures import classify_failure
-    from launcher.outputs import write_json_atomic
+    from launcher.run.failures import classify_failure
+    from launcher.files import write_json_atomic
 
     if isinstance(job_return, Exception):
         error = job_return
@@ -125,8 +125,8 @@ def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
 
 
 def finish(plan: Plan, master: DictConfig, log: bool) -> int:
-    from launcher.report import print_results, write_all
-    from launcher.results import collect
+    from launcher.sweep.report import print_results, write_all
+    from launcher.sweep.results import collect
 
     results = collect(plan)
     paths = write_all(results)
@@ -140,7 +140,7 @@ def finish(plan: Plan, master: DictConfig, log: bool) -> int:
 def log_table(results, master: DictConfig) -> None:
     """The results as a wandb Table, in one more run of the sweep's group."""
     from launcher.config import WandbConfig, WandbMode
-    from launcher.outputs import WandbLogger
+    from launcher.run.outputs import WandbLogger
 
     wandb_cfg: WandbConfig = OmegaConf.to_object(master.logging.wandb)
     if wandb_cfg.mode == WandbMode.disabled:

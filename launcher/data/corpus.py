@@ -12,7 +12,7 @@ import os
 import sysconfig
 from typing import Iterator
 
-from launcher.outputs import write_text_atomic
+from launcher.files import write_text_atomic
 
 MIN_CHARS = 200
 """Shorter docstrings ("Return self.") teach little; they are left out."""

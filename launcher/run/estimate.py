@@ -20,7 +20,7 @@ A sharded strategy also holds the unsharded weights of the layers in flight; tha
 """
 
 from launcher.config import Activation, Config, Normalization, Precision, ShardingStrategy
-from launcher.metrics import flops_per_step
+from launcher.run.metrics import flops_per_step
 
 MIB = 2**20
 

@@ -12,9 +12,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from launcher import stats
-from launcher.outputs import write_text_atomic
-from launcher.sweep_plan import Cell, Plan, attempts, read_summary
+from launcher.sweep import stats
+from launcher.files import write_text_atomic
+from launcher.sweep.plan import Cell, Plan, attempts, read_summary
 
 MIB = 2**20
 

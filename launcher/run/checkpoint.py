@@ -87,7 +87,7 @@ def save(folder: str, step: int, model, optimizer, scheduler, model_cfg: ModelCo
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from launcher.outputs import write_json_atomic
+    from launcher.files import write_json_atomic
 
     rank = torch.distributed.get_rank()
     final = step_dir(folder, step)

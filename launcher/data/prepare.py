@@ -24,8 +24,8 @@ import tempfile
 import time
 from typing import Iterator, List, Tuple
 
-from launcher.outputs import write_json_atomic
-from launcher.tokenizer import TokenizerError, load_tokenizer
+from launcher.files import write_json_atomic
+from launcher.data.tokenizer import TokenizerError, load_tokenizer
 
 PROG = "launch-prepare"
 OUTPUT_SUFFIXES = (".bin", ".idx", ".json")
@@ -320,7 +320,7 @@ def prepare(paths: List[str], prefix: str, tokenizer, json_key: str = "text",
 
 def write_corpus(prefix: str) -> str:
     """The standard-library docstring corpus as PREFIX.jsonl; returns its path."""
-    from launcher.corpus import write_stdlib_corpus
+    from launcher.data.corpus import write_stdlib_corpus
 
     check_output(prefix)
     path = prefix + ".jsonl"

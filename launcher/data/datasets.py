@@ -60,7 +60,7 @@ def build_datasets(data, seq_length: int, vocab_size: int, seed: int, num_sample
     )
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
-    from launcher.dataset_check import tokenizer_of
+    from launcher.data.check import tokenizer_of
 
     prefixes, weights = data.blend()
     config = GPTDatasetConfig(

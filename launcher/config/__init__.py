@@ -1,0 +1,20 @@
+"""Stage 1, config: what a run or a sweep is, before anything starts.
+
+Owns the typed schema (`sections.py`: one dataclass per config group; `schema.py`: the root
+`Config`, the rules across sections and those that need the world size), the enums of its
+vocabulary (`choices.py`), and the one-line explanation of Hydra's composition errors
+(`explain.py`). It may import the standard library, omegaconf and hydra, and nothing else: no
+torch, no megatron, nothing from launcher's other stages. Every other stage imports it.
+"""
+
+from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
+    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LrSchedule,
+    Normalization, Precision, ShardingStrategy, WandbMode,
+)
+from launcher.config.schema import (  # noqa: F401
+    LAUNCH_WORLD, Config, check_world_size, to_config, unknown_keys,
+)
+from launcher.config.sections import (  # noqa: F401
+    CheckpointConfig, ConfigError, CudaGraphConfig, DataConfig, FsdpConfig, LoggingConfig,
+    ModelConfig, ParallelConfig, RuntimeConfig, SweepConfig, TrainConfig, WandbConfig,
+)

@@ -1,0 +1,12 @@
+"""Stage 3, run: one training run, from the launch process to the ranks' outputs.
+
+Owns starting the ranks (`spawn.py`: torch's elastic launch, as torchrun does) and learning each
+rank's place in the world whoever started it (`ranks.py`); the rank itself (`worker.py`): the CPU
+compatibility layer (`cpu_compat.py`), megatron-core's model, M-FSDP and optimizer (`build.py`),
+the training loop (`loop.py`), the switch's observable (`probe.py`), checkpoints
+(`checkpoint.py`), throughput arithmetic (`metrics.py`), metrics.jsonl and wandb (`outputs.py`);
+the classes a failure falls into (`failures.py`); and the dry-run estimate (`estimate.py`: the
+same arithmetic, without torch). It may import `config`, `data` and `files`, never `sweep`.
+torch and megatron are imported inside the modules that train, never by `ranks`, `failures`,
+`metrics`, `estimate` or the checks `checkpoint` runs before any rank starts.
+"""

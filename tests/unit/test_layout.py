@@ -1,0 +1,157 @@
+"""The package's imports, read with ast (nothing executed): no cycle, and every import runs the
+way the stages do (launcher/__init__.py): config <- run, sweep, data; run never imports sweep;
+data imports neither; sweep imports no torch or megatron at module level; nothing in launcher
+imports hydra_plugins."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "megatron", "numpy", "matplotlib", "wandb", "tokenizers", "submitit")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path):
+    """(imported module, at module level?) for every import in the file, functions included."""
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body}
+    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" \
+        else module_name(path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, id(node) in top) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # a relative import
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            found.append((base, id(node) in top))
+            found += [(f"{base}.{alias.name}", id(node) in top) for alias in node.names]
+    return found
+
+
+MODULES = {module_name(p): p for folder in ("launcher", "hydra_plugins")
+           for p in (ROOT / folder).rglob("*.py")}
+
+
+def graph() -> dict:
+    """module -> {(project module it imports, at module level?)}"""
+    return {name: {(target, top) for target, top in imports_of(path) if target in MODULES}
+            for name, path in MODULES.items()}
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "launcher" and len(parts) > 1 else parts[0]
+
+
+def test_the_walk_sees_the_package():
+    assert {"launcher.cli", "launcher.config.schema", "launcher.run.worker",
+            "launcher.sweep.driver", "launcher.data.prepare",
+            "hydra_plugins.launch_sweeper"} <= set(MODULES)
+    edges = graph()
+    assert ("launcher.sweep.driver", False) in edges["hydra_plugins.launch_sweeper"]
+    assert ("launcher.config.schema", True) in edges["launcher.config"]
+
+
+def find_cycle(edges: dict):
+    """A list of modules forming a cycle (imports inside functions count), or None."""
+    state, path = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        path.append(node)
+        for target, _ in sorted(edges.get(node, ())):
+            if target == node:
+                continue
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        path.pop()
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_no_import_cycle():
+    cycle = find_cycle(graph())
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_find_cycle_finds_one_inside_a_function():
+    # the shape of the cycle this layout removed: cli -> plugin, plugin -> cli (in a method)
+    edges = {"launcher.cli": {("hydra_plugins.launch_sweeper", True)},
+             "hydra_plugins.launch_sweeper": {("launcher.cli", False)}}
+    assert set(find_cycle(edges)) == {"launcher.cli", "hydra_plugins.launch_sweeper"}
+
+
+# (importing stage, imported stage or package prefix, module level only?, why)
+FORBIDDEN = [
+    ("config", "run", False, "config imports no other stage"),
+    ("config", "sweep", False, "config imports no other stage"),
+    ("config", "data", False, "config imports no other stage"),
+    ("config", "files", False, "config writes nothing"),
+    ("config", "cli", False, "config imports no other stage"),
+    ("run", "sweep", False, "run never imports sweep"),
+    ("data", "run", False, "data is used by run, never the reverse"),
+    ("data", "sweep", False, "data is used by run and launch-prepare only"),
+    ("files", "config", False, "files is the bottom helper"),
+]
+
+
+def violations() -> list:
+    found = []
+    for module, path in MODULES.items():
+        if not module.startswith("launcher."):
+            continue
+        mine = stage(module)
+        for target, top in imports_of(path):
+            if target.split(".")[0] == "hydra_plugins":
+                found.append(f"{module} imports {target}: the plugin depends on the package, "
+                             "never the reverse")
+            if mine == "config" and target.split(".")[0] in HEAVY:
+                found.append(f"{module} imports {target}: config imports nothing heavy")
+            if mine == "sweep" and top and target.split(".")[0] in ("torch", "megatron"):
+                found.append(f"{module} imports {target} at module level: sweep runs no torch")
+            if target in MODULES and target.startswith("launcher."):
+                for importer, imported, top_only, why in FORBIDDEN:
+                    if mine == importer and stage(target) == imported and (top or not top_only):
+                        found.append(f"{module} imports {target}: {why}")
+    return found
+
+
+def test_imports_follow_the_stages():
+    assert violations() == []
+
+
+@pytest.mark.parametrize("module", ["launcher.cli", "launcher.config.schema",
+                                    "launcher.run.ranks", "launcher.sweep.plan"])
+def test_light_modules_import_no_torch_at_module_level(module):
+    """What `launch --cfg job` and a sweep's pre-flight load imports no torch."""
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for target, top in imports_of(MODULES[name]):
+            assert not (top and target.split(".")[0] in ("torch", "megatron")), \
+                f"{name} (reached from {module}) imports {target} at module level"
+            if top and target in MODULES:
+                todo.append(target)
