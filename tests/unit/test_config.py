@@ -1,6 +1,6 @@
 """Schema and every validation rule, through Hydra's real compose and OmegaConf.to_object."""
 
-from pathlib import Path
+from importlib import resources
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -17,7 +17,12 @@ def make(*overrides):
         return to_config(compose(config_name="config", overrides=list(overrides)))
 
 
-RECIPES = sorted(p.stem for p in (Path(__file__).parents[2] / "recipes").glob("*.yaml"))
+RECIPES = sorted(p.name[:-5] for p in resources.files("launcher.recipes").iterdir()
+                 if p.name.endswith(".yaml"))
+
+
+def test_the_recipes_are_found():
+    assert {"gpt", "tiny_cpu", "sweep_tiny_cpu", "sweep_prefetch_vs_cuda_graph"} <= set(RECIPES)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
