@@ -16,6 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.run import checkpoint, ranks
+from launcher.run.environment import run_environment
 from launcher.config import Config, ConfigError, check_world_size, to_config
 
 _exit_code = [0]  # set by a run; a sweep exits with its own code, Hydra's errors with 1
@@ -49,6 +50,7 @@ def _main(composed: DictConfig) -> None:
             from launcher.data.check import check_data
 
             check_data(cfg.data, cfg.model.vocab_size)
+        environment = run_environment(cfg.cuda_graph, os.environ)
     except ConfigError as err:
         return refuse(err, run_dir)
     if cfg.runtime.dry_run:
@@ -58,6 +60,7 @@ def _main(composed: DictConfig) -> None:
         return print(describe(cfg, world, check_world_size(cfg, world)))
     from launcher.run.spawn import run
 
+    os.environ.update(environment)  # before any rank, and before torch reads CUDA's settings
     resolved = OmegaConf.to_container(composed, resolve=True)
     try:
         set_exit_code(run(cfg, resolved, run_dir, resume_from))

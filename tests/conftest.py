@@ -8,6 +8,11 @@ import pytest
 
 LAUNCH = str(Path(sys.executable).parent / "launch")
 
+# The path users take, shrunk for a CPU: the gpt recipe (bf16, full sharding) on the tiny model,
+# with the recipe's warmups scaled to a 10-step run.
+GPT_TINY = ["+recipe=gpt", "model=tiny", "train.steps=10", "train.lr_warmup_steps=2",
+            "train.warmup_steps=2", "train.global_batch_size=8", "train.micro_batch_size=2"]
+
 
 def run_launch(tmp_path, *overrides, timeout=600):
     """`launch` as a user runs it, in a fresh process; returns (completed, run_dir)."""

@@ -45,6 +45,11 @@ class Config:
                 f"host per bucket) with cuda_graph.impl={self.cuda_graph.impl.value}; set "
                 "train.check_nan_in_grad=false (the loss is still checked every step)"
             )
+        if self.train.inject_nan_at_step is not None and self.cuda_graph.enabled:
+            raise ConfigError(
+                f"train.inject_nan_at_step={self.train.inject_nan_at_step} cannot poison a "
+                f"replayed CUDA graph (cuda_graph.impl={self.cuda_graph.impl.value} runs no Python "
+                "inside the step); remove train.inject_nan_at_step or set cuda_graph.impl=none")
         tp = self.parallel.tensor_model_parallel_size
         if self.model.num_attention_heads % tp:
             raise ConfigError(

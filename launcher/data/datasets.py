@@ -31,8 +31,10 @@ class MockDataset:
 
 def microbatches(dataset, micro_batch_size: int, global_batch_size: int, dp_rank: int,
                  dp_size: int, fixed_batch: bool, device: torch.device, first_step: int = 1):
-    """Yields (tokens, labels, loss_mask, position_ids) microbatches forever, this rank's share
-    of each global batch, from optimizer step `first_step` on."""
+    """Yields this rank's microbatches forever, its share of each global batch from optimizer
+    step `first_step` on. A microbatch is a dict, as Megatron-LM's get_batch reads one and as
+    megatron-core's FullCudaGraphWrapper requires (its StaticBufferLoader copies dicts into the
+    graph's static buffers): `tokens`, `labels`, `loss_mask`, `position_ids`."""
     per_rank = global_batch_size // dp_size
     step = first_step - 1
     while True:
@@ -45,7 +47,8 @@ def microbatches(dataset, micro_batch_size: int, global_batch_size: int, dp_rank
                 for key in ("tokens", "labels", "loss_mask"))
             seq_length = tokens.shape[1]
             positions = torch.arange(seq_length, device=device).expand(micro_batch_size, -1)
-            yield tokens.long(), labels.long(), loss_mask.float(), positions
+            yield {"tokens": tokens.long(), "labels": labels.long(),
+                   "loss_mask": loss_mask.float(), "position_ids": positions.contiguous()}
         step += 1
 
 

@@ -3,10 +3,12 @@
 Owns starting the ranks (`spawn.py`: torch's elastic launch, as torchrun does) and learning each
 rank's place in the world whoever started it (`ranks.py`); the rank itself (`worker.py`): the CPU
 compatibility layer (`cpu_compat.py`), megatron-core's model, M-FSDP and optimizer (`build.py`),
-the training loop (`loop.py`), the switch's observable (`probe.py`), checkpoints
+the training loop (`loop.py`) and its full-iteration CUDA graphs (`graphs.py`, megatron-core's
+FullCudaGraphWrapper), the switch's observable (`probe.py`), checkpoints
 (`checkpoint.py`), throughput arithmetic (`metrics.py`), metrics.jsonl and wandb (`outputs.py`);
-the classes a failure falls into (`failures.py`); and the dry-run estimate (`estimate.py`: the
-same arithmetic, without torch). It may import `config`, `data` and `files`, never `sweep`.
+the classes a failure falls into (`failures.py`); the environment a run needs, checked and set
+before any rank starts (`environment.py`); and the dry-run estimate (`estimate.py`: the same
+arithmetic, without torch). It may import `config`, `data` and `files`, never `sweep`.
 torch and megatron are imported inside the modules that train, never by `ranks`, `failures`,
-`metrics`, `estimate` or the checks `checkpoint` runs before any rank starts.
+`metrics`, `estimate`, `environment` or the checks `checkpoint` runs before any rank starts.
 """

@@ -5,6 +5,9 @@ from our typed sections to megatron-core's own config objects. Import this modul
 `cpu_compat.activate()` on a CPU: it imports megatron.
 """
 
+import random
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from megatron.core import parallel_state, tensor_parallel
@@ -88,22 +91,37 @@ def optimizer_config(train: TrainConfig) -> OptimizerConfig:
     )
 
 
-def init_parallel(parallel: ParallelConfig, seed: int, timeout_s: int) -> None:
-    """Megatron's process groups (with the run's collective timeout) and its model-parallel RNG
-    tracker."""
+def init_parallel(parallel: ParallelConfig, seed: int, timeout_s: int,
+                  graph_safe_rng: bool) -> None:
+    """Megatron's process groups (with the run's collective timeout), then every RNG seeded."""
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
         context_parallel_size=parallel.context_parallel_size,
         distributed_timeout_minutes=timeout_s / 60,  # timedelta(minutes=...) takes a float
     )
-    tensor_parallel.model_parallel_cuda_manual_seed(seed)
+    seed_rngs(seed + 100 * parallel_state.get_pipeline_model_parallel_rank(), graph_safe_rng)
+
+
+def seed_rngs(seed: int, graph_safe_rng: bool) -> None:
+    """Megatron-LM's _set_random_seed (megatron/training/initialize.py): Python, numpy, torch,
+    then megatron's model-parallel RNG tracker, graph-safe (its states are torch.Generators that a
+    CUDA graph can register) when a CUDA-graph impl is on: `use_cudagraphable_rng=(cuda_graph_impl
+    != "none")`."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    # force_reset_rng: the tracker is made anew for this seeding, graph-safe or not, even where
+    # one exists already (a run seeds once per process, so only a test can see the difference)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed, use_cudagraphable_rng=graph_safe_rng,
+                                                    force_reset_rng=True)
 
 
 def build_model(model: ModelConfig, parallel: ParallelConfig, config: TransformerConfig,
-                ddp: DistributedDataParallelConfig, device: torch.device
+                ddp: DistributedDataParallelConfig, device: torch.device, wrapping_stream
                 ) -> FullyShardedDataParallel:
-    """The GPT (local layer spec, no Transformer Engine) wrapped in megatron-core's M-FSDP adapter."""
+    """The GPT (local layer spec, no Transformer Engine) wrapped in megatron-core's M-FSDP adapter
+    on `wrapping_stream` (launcher.run.graphs.wrapping_stream)."""
     gpt = GPTModel(
         config=config,
         transformer_layer_spec=get_gpt_layer_local_spec(),
@@ -112,7 +130,8 @@ def build_model(model: ModelConfig, parallel: ParallelConfig, config: Transforme
     )
     if config.bf16:
         gpt = Float16Module(config, gpt)  # bf16 weights, fp32 logits, as Megatron-LM's get_model
-    wrapped = FullyShardedDataParallel(config, ddp, gpt, device=device)
+    with wrapping_stream:
+        wrapped = FullyShardedDataParallel(config, ddp, gpt, device=device)
     config.finalize_model_grads_func = finalize_model_grads
     config.no_sync_func = wrapped.no_sync
     return wrapped

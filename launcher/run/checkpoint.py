@@ -143,7 +143,7 @@ def load(path: str, model, optimizer, scheduler) -> int:
                         planner=DefaultLoadPlanner(allow_partial_load=False))
     # DCP fills the fp32 main parameters in place; the engine's load_state_dict post-hook copies
     # them into the model weights (the adapter's own would add a second `module.` prefix).
-    result = model.module.load_state_dict(model_state, strict=False)
+    result = model.module.load_state_dict(module_paths(model.module, model_state), strict=False)
     missing = [k for k in result.missing_keys if not k.endswith("._extra_state")]
     if missing or result.unexpected_keys:
         raise RuntimeError(f"checkpoint {path} does not fit the model: missing {missing[:3]}, "
@@ -152,6 +152,18 @@ def load(path: str, model, optimizer, scheduler) -> int:
     scheduler.load_state_dict(state["opt_param_scheduler"])
     set_rng_state(state["rng_state"])
     return int(state["iteration"])
+
+
+def module_paths(engine, model_state: dict) -> dict:
+    """The model state keyed as torch's load_state_dict walks the engine's modules. A bf16 GPT is
+    wrapped in Float16Module, whose state_dict hands out its child's keys without its own `module.`
+    level, while loading walks every level: `module.X` is saved, `module.module.X` is loaded
+    (Megatron-Bridge met the same, its PRs #3397 and #3436)."""
+    from megatron.core.transformer.module import Float16Module
+
+    if not isinstance(engine.module, Float16Module):
+        return model_state
+    return {f"module.{key}": value for key, value in model_state.items()}
 
 
 def state_dict(model, optimizer, scheduler, step: int, loading: bool) -> dict:
@@ -225,7 +237,9 @@ def fill_missing_optimizer_state(optimizer, optimizer_state: dict) -> dict:
 
 
 def rng_state() -> dict:
-    """Every RNG a step draws from, in Megatron-LM's fsdp_dtensor layout."""
+    """Every RNG a step draws from, in Megatron-LM's fsdp_dtensor layout. The tracker's states are
+    stored as tensors whether or not they are graph-safe generators (a CUDA-graph run's), so a
+    checkpoint loads into a run with or without graphs (set_rng_state converts them back)."""
     import random
 
     import numpy as np
@@ -235,13 +249,16 @@ def rng_state() -> dict:
     state = {"random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
              "torch_rng_state": torch.get_rng_state(),
              "cuda_rng_state": torch.cuda.get_rng_state(),
-             "rng_tracker_states": tensor_parallel.get_cuda_rng_tracker().get_states()}
+             "rng_tracker_states": tracker_states_to_save(
+                 tensor_parallel.get_cuda_rng_tracker().get_states())}
     key = (f"({parallel_state.get_pipeline_model_parallel_rank()}, "
            f"{parallel_state.get_tensor_model_parallel_rank()})")
     return {key: [state]}
 
 
 def set_rng_state(saved: dict) -> None:
+    """As Megatron-LM's load_checkpoint (checkpointing.py): the tracker's states converted to
+    graph-safe generators when the tracker is graph-safe."""
     import random
 
     import numpy as np
@@ -253,7 +270,25 @@ def set_rng_state(saved: dict) -> None:
     np.random.set_state(state["np_rng_state"])
     torch.set_rng_state(state["torch_rng_state"])
     torch.cuda.set_rng_state(state["cuda_rng_state"])
-    tensor_parallel.get_cuda_rng_tracker().set_states(state["rng_tracker_states"])
+    tracker = tensor_parallel.get_cuda_rng_tracker()
+    graph_safe = tensor_parallel.is_graph_safe_cuda_rng_tracker(tracker)
+    tracker.set_states(tracker_states_to_load(state["rng_tracker_states"], graph_safe))
+
+
+def tracker_states_to_save(states: dict) -> dict:
+    """The RNG tracker's states as tensors (graph-safe generators converted)."""
+    from megatron.core import tensor_parallel
+
+    return {name: tensor_parallel.convert_cuda_rng_state(value, to_graphable=False)
+            for name, value in states.items()}
+
+
+def tracker_states_to_load(states: dict, graph_safe: bool) -> dict:
+    """Saved tracker states as the running tracker holds them: generators when it is graph-safe."""
+    from megatron.core import tensor_parallel
+
+    return {name: tensor_parallel.convert_cuda_rng_state(value, to_graphable=graph_safe)
+            for name, value in states.items()}
 
 
 def vars_of(model_cfg: ModelConfig) -> dict:

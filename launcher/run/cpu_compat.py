@@ -10,8 +10,15 @@ What it covers (see ../shared/FACTS.md):
 - a TorchFunctionMode that rewrites CUDA device arguments ("cuda", "cuda:N", an int index,
   torch.device("cuda", N)) to CPU, and turns Tensor.cuda / pin_memory / record_stream into no-ops;
 - CPU stand-ins for torch.cuda.current_device, Stream, Event, stream(), current_stream,
-  synchronize, empty_cache, RNG state functions, memory statistics, nvtx and capture queries.
+  synchronize, empty_cache, memory statistics, nvtx and capture queries.
   torch.cuda.is_available() stays False;
+- the CUDA default generator as a generator of its own (`_CudaGenerator`), with the graph-safe
+  state API (`graphsafe_get_state`, `graphsafe_set_state`, `clone_state`) that CPU generators
+  lack, and `torch.cuda._lazy_call` running its callback at once (there is no CUDA to wait for):
+  megatron's RNG tracker, plain or graph-safe (`use_cudagraphable_rng`, what a CUDA-graph run
+  seeds), saves, forks, restores and converts its states as on a GPU. Without it the tracker's
+  state changes were queued for a CUDA initialisation that never comes (and the queue grew by two
+  formatted stacks per fork). CPU kernels draw from torch.default_generator, as they always do;
 - CUDA tensor-type strings ('torch.cuda.FloatTensor') reported for CPU tensors, because
   megatron-core's clip_grads.py and distrib_optimizer.py check types by string.
 """
@@ -125,7 +132,39 @@ class _Nvtx:
         pass
 
 
+class _CudaGenerator:
+    """Stands in for torch.cuda.default_generators[0]. The state it holds is a CPU generator
+    object; `graphsafe_set_state` swaps in another one and `graphsafe_get_state` hands out the one
+    in use, as a CUDA generator swaps its state objects (what CUDA graphs register)."""
+
+    def __init__(self):
+        self._state = torch.Generator()
+
+    def get_state(self):
+        return self._state.get_state()
+
+    def set_state(self, state):
+        self._state.set_state(state)
+
+    def manual_seed(self, seed):
+        self._state.manual_seed(seed)
+        return self
+
+    def initial_seed(self):
+        return self._state.initial_seed()
+
+    def clone_state(self):
+        return self._state.clone_state()
+
+    def graphsafe_get_state(self):
+        return self._state
+
+    def graphsafe_set_state(self, state):
+        self._state = state
+
+
 _STREAM = _Stream()
+_CUDA_GENERATOR = _CudaGenerator()
 
 _CUDA_STANDINS = {
     "current_device": lambda: 0,
@@ -138,10 +177,12 @@ _CUDA_STANDINS = {
     "default_stream": lambda device=None: _STREAM,
     "synchronize": lambda device=None: None,
     "empty_cache": lambda: None,
-    "get_rng_state": lambda device="cuda": torch.get_rng_state(),
-    "set_rng_state": lambda state, device="cuda": torch.set_rng_state(state),
-    "manual_seed": lambda seed: torch.default_generator.manual_seed(seed),
-    "manual_seed_all": lambda seed: None,  # torch.manual_seed calls it after seeding the CPU
+    "get_rng_state": lambda device="cuda": _CUDA_GENERATOR.get_state(),
+    "set_rng_state": lambda state, device="cuda": _CUDA_GENERATOR.set_state(state),
+    "manual_seed": lambda seed: _CUDA_GENERATOR.manual_seed(seed),
+    "manual_seed_all": lambda seed: _CUDA_GENERATOR.manual_seed(seed),  # torch.manual_seed's
+    "_lazy_call": lambda callback, **kwargs: callback(),
+    "_lazy_init": lambda: None,
     "memory_allocated": lambda device=None: 0,
     "max_memory_allocated": lambda device=None: 0,
     "memory_reserved": lambda device=None: 0,
@@ -170,7 +211,7 @@ def activate() -> None:
     # megatron's RNG tracker also reaches the RNG functions through torch.cuda.random.
     for name in ("get_rng_state", "set_rng_state", "manual_seed", "manual_seed_all"):
         setattr(torch.cuda.random, name, _CUDA_STANDINS[name])
-    torch.cuda.default_generators = (torch.default_generator,)
+    torch.cuda.default_generators = (_CUDA_GENERATOR,)
 
     original_type = torch.Tensor.type
 

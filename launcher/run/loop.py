@@ -1,4 +1,10 @@
-"""The training loop: one step in `train_step`, the loop in `train`."""
+"""The training loop: one step in `train_step`, the loop in `train`.
+
+The forward/backward function is megatron's schedule, or megatron-core's FullCudaGraphWrapper
+around it (launcher/run/graphs.py): the loop does not know which. What runs in Python around it
+(zeroing the grad buffers, the optimizer step, the checks of the loss) runs outside any graph,
+as in Megatron-LM's train_step.
+"""
 
 import math
 import time
@@ -28,8 +34,9 @@ def make_forward_step(poison: bool):
     (train.inject_nan_at_step: a test hook for the NaN guard)."""
 
     def forward_step(data_iterator, model):
-        tokens, labels, loss_mask, positions = next(data_iterator)
-        output = model(tokens, positions, None, labels=labels)
+        batch = next(data_iterator)  # a dict (launcher.data.datasets.microbatches)
+        loss_mask = batch["loss_mask"]
+        output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
 
         def loss_func(losses):
             loss = torch.sum(losses.float().view(-1) * loss_mask.view(-1)) / loss_mask.sum()
@@ -81,7 +88,8 @@ def mean_loss(outputs) -> float:
 def train(model, optimizer, scheduler, data_iterator, steps: range, batch: Batch,
           on_step: Callable, forward_backward=None, nan_at_step: Optional[int] = None):
     """Runs the optimizer steps in `steps`; calls on_step(step, loss, grad_norm, seconds) after
-    each."""
+    each. Peak-memory statistics restart after the first step, so they hold the steady state
+    (and a CUDA graph's pool), not start-up."""
     forward_backward = forward_backward or get_forward_backward_func()
     for step in steps:
         start = time.perf_counter()
@@ -89,13 +97,17 @@ def train(model, optimizer, scheduler, data_iterator, steps: range, batch: Batch
                                      batch, step, poison=step == nan_at_step)
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # so the step time covers the GPU work
-        on_step(step, loss, grad_norm, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        if step == steps.start and torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        on_step(step, loss, grad_norm, seconds)
 
 
-def evaluate(model, data_iterator, batch: Batch, iters: int) -> float:
+def evaluate(model, data_iterator, batch: Batch, iters: int, forward_backward=None) -> float:
     """The validation loss: forward only over `iters` global batches, averaged over them and
-    over data-parallel ranks."""
-    forward_backward = get_forward_backward_func()
+    over data-parallel ranks. `forward_backward`: the schedule, or the evaluation's own graph
+    wrapper (its `validation` stage), as Megatron-LM's evaluate() uses."""
+    forward_backward = forward_backward or get_forward_backward_func()
     model.eval()
     losses = []
     with torch.no_grad():

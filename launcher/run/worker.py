@@ -11,6 +11,7 @@ import torch
 
 from launcher.run import cpu_compat, metrics, ranks
 from launcher.config import Config, WandbMode
+from launcher.run.environment import RECORDED
 from launcher.run.outputs import MetricsFile, NullLogger, WandbLogger
 
 
@@ -43,38 +44,36 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
         torch.distributed.destroy_process_group()
 
 
-def gather_devices(on_cpu: bool) -> dict:
-    """{host: [device of each of its ranks]}, gathered from every rank (the job's host list)."""
-    mine = (socket.gethostname(), "cpu" if on_cpu else torch.cuda.get_device_name())
+def gather_ranks(on_cpu: bool) -> tuple:
+    """({host: [device of each of its ranks]}, [the environment each rank saw]), gathered from
+    every rank: the job's host list, and the variables of launcher.run.environment."""
+    mine = (socket.gethostname(), "cpu" if on_cpu else torch.cuda.get_device_name(),
+            {name: os.environ.get(name) for name in RECORDED})
     everyone = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(everyone, mine)
     devices = {}
-    for host, device in everyone:
+    for host, device, _ in everyone:
         devices.setdefault(host, []).append(device)
-    return devices
+    return devices, [env for _, _, env in everyone]
 
 
 def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
     from importlib.metadata import version
 
-    from launcher.run import build, loop
+    from launcher.run import build, graphs, loop
     from launcher.run.probe import PrefetchCounter
 
-    build.init_parallel(cfg.parallel, cfg.train.seed, cfg.runtime.timeout_s)
+    build.init_parallel(cfg.parallel, cfg.train.seed, cfg.runtime.timeout_s,
+                        graph_safe_rng=cfg.cuda_graph.enabled)
     model, optimizer, scheduler = build_all(cfg, on_cpu)
     counter = PrefetchCounter(model)
     first_step = 1 + (load_checkpoint(resume_from, model, optimizer, scheduler, rank)
                       if resume_from else 0)
     data, valid_data, batch = data_for(cfg, model, first_step, run_dir)
-    captured = cfg.cuda_graph.enabled and not on_cpu
-    forward_backward = None
-    if captured:
-        from megatron.core.full_cuda_graph import FullCudaGraphWrapper
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-        forward_backward = FullCudaGraphWrapper(get_forward_backward_func(),
-                                                cuda_graph_warmup_steps=cfg.cuda_graph.warmup_steps)
+    forward_backward, evaluation = graphs.forward_backward_funcs(
+        cfg.cuda_graph, model.config.cuda_graph_use_single_mempool, on_cpu)
 
-    devices = gather_devices(on_cpu)
+    devices, env = gather_ranks(on_cpu)
     writer = _Recorder(cfg, resolved, run_dir, rank, world_size, on_cpu, first_step)
     if rank == 0:
         print_start(cfg, model, devices, world_size, on_cpu, first_step)
@@ -84,7 +83,8 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
         writer.on_step(step, *measured)
         if cfg.train.eval_interval and (step % cfg.train.eval_interval == 0
                                         or step == cfg.train.steps):
-            writer.on_eval(step, loop.evaluate(model, valid_data, batch, cfg.train.eval_iters))
+            writer.on_eval(step, loop.evaluate(model, valid_data, batch, cfg.train.eval_iters,
+                                               evaluation))
         saver.on_step(step)
 
     try:
@@ -96,24 +96,26 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
     mcore_version = version("megatron-core")
     if rank != 0:
         return {}
-    summary = writer.summary(counter.count, captured, type(model).__name__, mcore_version,
+    summary = writer.summary(counter.count, graphs.captured(), mcore_version,
                              local_shard_numel(model))
-    return {**summary, "hosts": list(devices), "devices_by_host": devices,
+    return {**summary, "hosts": list(devices), "devices_by_host": devices, "env": env,
+            "wrapper": type(model).__name__,
+            "cuda_graph_wrapper": graphs.wrapper_name(cfg.cuda_graph),
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "resumed_from": resume_from, "checkpoints": saver.saved}
 
 
 def build_all(cfg, on_cpu):
-    """The M-FSDP-wrapped GPT, its DistributedOptimizer and LR scheduler."""
-    from launcher.run import build
+    """The M-FSDP-wrapped GPT, its DistributedOptimizer and LR scheduler. With CUDA graphs on,
+    the config keeps cuda_graph_impl on a CPU too (the model builds the same); only capture is
+    out of a CPU's reach (launcher.run.graphs)."""
+    from launcher.run import build, graphs
 
     tconfig = build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, on_cpu)
-    if on_cpu and cfg.cuda_graph.enabled:
-        # Graph settings were built and validated above; a CPU cannot capture, so run eagerly.
-        tconfig.cuda_graph_impl = "none"
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
     ddp = build.ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train.check_nan_in_grad, on_cpu)
-    model = build.build_model(cfg.model, cfg.parallel, tconfig, ddp, device)
+    model = build.build_model(cfg.model, cfg.parallel, tconfig, ddp, device,
+                              graphs.wrapping_stream(cfg.cuda_graph))
     optimizer, scheduler = build.build_optimizer(model, cfg.train)
     tconfig.grad_scale_func = optimizer.scale_loss
     return model, optimizer, scheduler
@@ -185,7 +187,8 @@ def print_start(cfg, model, devices, world_size, on_cpu, first_step):
           f"{type(model).__name__} ({cfg.fsdp.sharding_strategy.value}), "
           f"prefetch_first_param_group={cfg.fsdp.prefetch_first_param_group}, "
           f"cuda_graph.impl={cfg.cuda_graph.impl.value}"
-          + (" (not captured: CPU runs eagerly)" if cfg.cuda_graph.enabled and on_cpu else "")
+          + (" through FullCudaGraphWrapper, not captured: a CPU runs it eagerly"
+             if cfg.cuda_graph.enabled and on_cpu else "")
           + (f", from step {first_step}" if first_step > 1 else ""), flush=True)
 
 
@@ -255,7 +258,7 @@ class _Recorder:
         if self.jsonl:
             self.jsonl.close()
 
-    def summary(self, prefetches, captured, wrapper, mcore_version, shard_numel):
+    def summary(self, prefetches, captured, mcore_version, shard_numel):
         skip = self.first_step - 1 + self.cfg.excluded_steps  # a resumed run warms up again
         # A run resumed near its end may have no step past the warmup: then all of its steps.
         steady = [s for s in self.steps if s["step"] > skip] or self.steps
@@ -270,7 +273,7 @@ class _Recorder:
             "mfu": metrics.mfu(tflops * 1e12, self.peak),
             "step_time_s_p50": stats["p50"],
             "step_time_s_p90": stats["p90"],
-            "peak_memory_bytes": peak_memory_bytes(self.on_cpu),
+            **peak_memory(self.on_cpu),
             "final_loss": self.steps[-1]["loss"],
             "final_valid_loss": self.valid_losses[-1]["valid_loss"] if self.valid_losses
             else None,
@@ -285,7 +288,7 @@ class _Recorder:
             "status": "ok", "backend": "gloo" if self.on_cpu else "nccl",
             "world_size": self.world_size, "device": self.device_name or "cpu",
             "megatron_core_version": mcore_version, "torch_version": torch.__version__,
-            "wrapper": wrapper, "config": self.resolved,
+            "config": self.resolved,
             "steady_state_steps": [s["step"] for s in steady],
             "steady_state_step_times_s": times,  # the samples of a sweep's statistics
             "tokens_per_step": self.tokens_per_step, "flops_per_step": self.flops,
@@ -293,11 +296,16 @@ class _Recorder:
         }
 
 
-def peak_memory_bytes(on_cpu: bool) -> int:
-    """CUDA allocator peak on GPU; the process's max RSS on CPU (Linux reports KiB)."""
+def peak_memory(on_cpu: bool) -> dict:
+    """Rank 0's peaks since the end of the first step (launcher.run.loop.train resets them there):
+    the CUDA allocator's allocated and reserved bytes (reserved holds a CUDA graph's pool), null on
+    a CPU; and the process's max RSS (Linux reports KiB), which counts start-up too."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if on_cpu:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return torch.cuda.max_memory_allocated()
+        return {"peak_memory_allocated_bytes": None, "peak_memory_reserved_bytes": None,
+                "peak_rss_bytes": rss}
+    return {"peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(), "peak_rss_bytes": rss}
 
 
 def _float(value):

@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from launcher.run import ranks
+from launcher.run.environment import run_environment
 from launcher.config import Config, ConfigError, SweepConfig, check_world_size, to_config
 
 PLAN_FILE = "plan.json"
@@ -169,8 +170,11 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
     values = swept_values(composed, choices, keys)
     resolved = OmegaConf.to_container(composed, resolve=True, enum_to_str=True)
     try:
-        # every __post_init__ rule as the job will run them, then the world it will get
-        check_cell_world(to_config(composed), launcher)
+        # every __post_init__ rule as the job will run them, the world it will get, and the
+        # environment its ranks will run in
+        cfg = to_config(composed)
+        check_cell_world(cfg, launcher)
+        run_environment(cfg.cuda_graph, os.environ)
     except ConfigError as err:
         return resolved, values, str(err)
     return resolved, values, ""

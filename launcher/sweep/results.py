@@ -22,7 +22,8 @@ COLUMNS = (
     "cell", "label", "status", "baseline", "runs_ok", "tokens_per_s_per_gpu",
     "tokens_per_s_per_gpu_ci_low", "tokens_per_s_per_gpu_ci_high", "speedup", "speedup_ci_low",
     "speedup_ci_high", "within_noise", "tflops_per_gpu", "mfu", "step_time_ms_p50",
-    "step_time_ms_p90", "peak_memory_mib", "cuda_graph_captured", "first_group_prefetches",
+    "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib",
+    "cuda_graph_captured", "first_group_prefetches",
     "final_loss", "reason", "log_excerpt", "run_dirs",
 )
 
@@ -109,12 +110,21 @@ def cell_metrics(ok: List[dict], samples: List[np.ndarray]) -> dict:
         "mfu": tflops * 1e12 / peak if peak else None,
         "step_time_ms_p50": 1e3 * float(np.percentile(seconds, 50)),
         "step_time_ms_p90": 1e3 * float(np.percentile(seconds, 90)),
-        "peak_memory_mib": max(s["metrics"]["peak_memory_bytes"] for s in ok) / MIB,
+        **{f"peak_{name}_mib": peak_mib(ok, f"peak_{key}_bytes")
+           for name, key in (("allocated", "memory_allocated"), ("reserved", "memory_reserved"),
+                             ("rss", "rss"))},
         "cuda_graph_captured": all(s["metrics"]["cuda_graph_captured"] for s in ok),
         "cuda_graph_impl": first["config"]["cuda_graph"]["impl"],
         "first_group_prefetches": first["metrics"]["first_group_prefetches"],
         "final_loss": float(np.median([s["metrics"]["final_loss"] for s in ok])),
     }
+
+
+def peak_mib(ok: List[dict], key: str) -> Optional[float]:
+    """The largest of the runs' peaks in MiB; None where they measured none (a CPU has no CUDA
+    allocator)."""
+    values = [s["metrics"][key] for s in ok if s["metrics"].get(key) is not None]
+    return max(values) / MIB if values else None
 
 
 def add_speedups(rows: List[dict], samples: dict, baseline: Optional[str]) -> None:
@@ -157,11 +167,13 @@ def write_tables(results: Results, folder: str) -> None:
 
 
 SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "tflops_per_gpu", "mfu",
-         "step_time_ms_p50", "step_time_ms_p90", "peak_memory_mib", "runs_ok", "reason")
+         "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib",
+         "runs_ok", "reason")
 HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
            "speedup": "speedup vs baseline [95% CI]", "tflops_per_gpu": "TFLOP/s/GPU",
            "step_time_ms_p50": "step p50 (ms)", "step_time_ms_p90": "step p90 (ms)",
-           "peak_memory_mib": "peak memory (MiB)", "runs_ok": "runs ok"}
+           "peak_allocated_mib": "peak allocated (MiB)", "peak_reserved_mib": "peak reserved (MiB)",
+           "runs_ok": "runs ok"}
 
 
 def display(row: dict, key: str) -> str:

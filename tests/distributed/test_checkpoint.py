@@ -11,13 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from conftest import GPT_TINY
+
 pytestmark = pytest.mark.distributed
 
 LAUNCH = str(Path(sys.executable).parent / "launch")
 
 
-def command(run_dir, ranks, *extra):
-    return [LAUNCH, "+recipe=tiny_cpu", "train.steps=10", "logging.wandb.mode=disabled",
+RECIPES = {"tiny_cpu": ["+recipe=tiny_cpu", "train.steps=10"], "gpt_tiny_bf16": GPT_TINY}
+
+
+def command(run_dir, ranks, *extra, recipe="tiny_cpu"):
+    return [LAUNCH, *RECIPES[recipe], "logging.wandb.mode=disabled",
             f"runtime.nproc_per_node={ranks}", f"hydra.run.dir={run_dir}", *extra]
 
 
@@ -26,16 +31,16 @@ def losses(run_dir):
     return {r["step"]: r["loss"] for r in records}, [r["step"] for r in records]
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_killed_run_resumes_with_the_same_loss_curve(tmp_path, ranks):
+@pytest.mark.parametrize("recipe,ranks", [("tiny_cpu", 1), ("tiny_cpu", 2), ("gpt_tiny_bf16", 2)])
+def test_killed_run_resumes_with_the_same_loss_curve(tmp_path, recipe, ranks):
     env = dict(os.environ, HOME=str(tmp_path / "home"))
     reference = tmp_path / "reference"
-    subprocess.run(command(reference, ranks), check=True, capture_output=True, timeout=600,
-                   env=env)
+    subprocess.run(command(reference, ranks, recipe=recipe), check=True, capture_output=True,
+                   timeout=600, env=env)
 
     run_dir = tmp_path / "killed"
     same_command = command(run_dir, ranks, "train.checkpoint.interval=3",
-                           "train.checkpoint.resume=auto")
+                           "train.checkpoint.resume=auto", recipe=recipe)
     proc = subprocess.Popen(same_command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=env, start_new_session=True)
     metrics = run_dir / "metrics.jsonl"

@@ -1,22 +1,63 @@
-"""GPU tier: skipped without CUDA. On a GPU machine: `.venv/bin/python -m pytest tests/gpu -m gpu`."""
+"""GPU tier: skipped without CUDA. On a GPU machine: `.venv/bin/python -m pytest tests/gpu -m gpu`.
+
+The path users take: the gpt recipe shrunk, in bf16, its full-iteration cell captured by
+megatron-core's FullCudaGraphWrapper, and a resume."""
+
+import json
+import shutil
 
 import pytest
 import torch
 
-from conftest import read_run
+from conftest import GPT_TINY, read_run, run_launch
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+CUDA = [*GPT_TINY, "runtime.device=cuda", "logging.wandb.mode=disabled"]
 
 
 @pytest.mark.parametrize("prefetch,graph", [("true", "none"), ("false", "none"),
                                             ("false", "full_iteration")])
 def test_gpu_cell(launch, prefetch, graph):
-    proc, run_dir = launch("model=tiny", "train.steps=10", "runtime.device=cuda",
-                           f"fsdp.prefetch_first_param_group={prefetch}", f"cuda_graph={graph}",
-                           "logging.wandb.mode=disabled")
+    proc, run_dir = launch(*CUDA, f"fsdp.prefetch_first_param_group={prefetch}",
+                           f"cuda_graph={graph}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary, _ = read_run(run_dir)
     assert summary["backend"] == "nccl"
     assert summary["metrics"]["cuda_graph_captured"] is (graph != "none")
     assert summary["metrics"]["first_group_prefetches"] == (10 if prefetch == "true" else 0)
+    assert summary["metrics"]["peak_memory_reserved_bytes"] >= \
+        summary["metrics"]["peak_memory_allocated_bytes"] > 0
+
+
+def test_captured_graph_matches_the_eager_cell(tmp_path):
+    losses = {}
+    for graph in ("none", "full_iteration"):
+        proc, run_dir = run_launch(tmp_path / graph, *CUDA, "fsdp.prefetch_first_param_group=false",
+                                   f"cuda_graph={graph}", "cuda_graph.warmup_steps=2",
+                                   "data.fixed_batch=true")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        summary, steps = read_run(run_dir)
+        assert summary["metrics"]["cuda_graph_captured"] is (graph != "none")
+        losses[graph] = [s["loss"] for s in steps]
+    assert len(losses["full_iteration"]) == 10
+    assert losses["full_iteration"] == pytest.approx(losses["none"], rel=1e-3)
+
+
+def test_bf16_resume_is_exact(tmp_path):
+    common = [*CUDA, "train.checkpoint.interval=4", "train.checkpoint.resume=auto"]
+    proc, reference = run_launch(tmp_path / "reference", *common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, expected = read_run(reference)
+    resumed_dir = tmp_path / "resumed" / "run"
+    shutil.copytree(reference, resumed_dir)
+    for later in ("step_0000008", "step_0000010"):  # back to the checkpoint of step 4
+        shutil.rmtree(resumed_dir / "checkpoints" / later)
+    (resumed_dir / "summary.json").unlink()
+    proc, _ = run_launch(tmp_path / "resumed", *common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((resumed_dir / "summary.json").read_text())
+    assert summary["resumed_from"].endswith("step_0000004")
+    _, steps = read_run(resumed_dir)
+    assert [s["loss"] for s in steps] == [s["loss"] for s in expected]

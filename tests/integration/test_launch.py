@@ -1,10 +1,12 @@
 """`launch` as a subprocess on the tiny CPU recipe: what a user sees and what lands on disk."""
 
 import math
+import os
+import subprocess
 
 import pytest
 
-from conftest import read_run
+from conftest import GPT_TINY, LAUNCH, read_run, run_launch
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +26,8 @@ def test_tiny_run_trains_and_counts_first_group_prefetches(launch, prefetch, exp
     m = summary["metrics"]
     assert m["first_group_prefetches"] == expected
     assert m["mfu"] is None and m["cuda_graph_captured"] is False
-    assert m["tokens_per_s_per_gpu"] > 0 and m["peak_memory_bytes"] > 0
+    assert m["tokens_per_s_per_gpu"] > 0 and m["peak_rss_bytes"] > 0
+    assert m["peak_memory_allocated_bytes"] is None and m["peak_memory_reserved_bytes"] is None
     assert [s["step"] for s in steps] == list(range(1, 21))
     assert all(math.isfinite(s["loss"]) for s in steps)
     assert steps[-1]["loss"] < steps[0]["loss"] - 0.5
@@ -40,9 +43,50 @@ def test_cuda_graph_cell_runs_eagerly_on_cpu_and_says_so(launch):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary, _ = read_run(run_dir)
     assert summary["metrics"]["cuda_graph_captured"] is False
+    assert summary["cuda_graph_wrapper"] == "FullCudaGraphWrapper"
     assert summary["steady_state_steps"] == [5, 6]  # 2 warmup + 1 graph warmup + 1 capture
     assert "not captured" in proc.stdout
     assert not (run_dir / "wandb").exists()
+
+
+def test_shrunk_gpt_recipe_in_bf16_graph_cell_matches_eager_cell(tmp_path):
+    """The path users sweep: the gpt recipe in bf16, its full-iteration cell through megatron's
+    FullCudaGraphWrapper (training and validation), against the eager cell at the same seed."""
+    runs = {}
+    for impl in ("none", "full_iteration"):
+        proc, run_dir = run_launch(tmp_path / impl, *GPT_TINY, f"cuda_graph.impl={impl}",
+                                   "cuda_graph.warmup_steps=1", "train.eval_interval=5",
+                                   "train.eval_iters=1", "fsdp.prefetch_first_param_group=false",
+                                   "logging.wandb.mode=disabled")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[impl] = read_run(run_dir)
+    (eager, eager_steps), (graph, graph_steps) = runs["none"], runs["full_iteration"]
+    for summary in (eager, graph):
+        assert summary["status"] == "ok" and summary["config"]["train"]["precision"] == "bf16"
+        assert summary["metrics"]["cuda_graph_captured"] is False
+    assert eager["cuda_graph_wrapper"] is None
+    assert graph["cuda_graph_wrapper"] == "FullCudaGraphWrapper"
+    assert [s["loss"] for s in graph_steps if "loss" in s] == \
+        [s["loss"] for s in eager_steps if "loss" in s]
+    assert [s["valid_loss"] for s in graph_steps if "valid_loss" in s] == \
+        [s["valid_loss"] for s in eager_steps if "valid_loss" in s]
+    assert graph["env"] == [{"CUDA_DEVICE_MAX_CONNECTIONS": "32", "NCCL_GRAPH_REGISTER": "0",
+                             "TORCH_NCCL_AVOID_RECORD_STREAMS": "0",
+                             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,"
+                                                        "graph_capture_record_stream_reuse:True"}]
+    assert eager["env"][0]["NCCL_GRAPH_REGISTER"] is None  # an eager run gets none of it
+
+
+def test_cuda_device_max_connections_1_is_refused_before_any_rank(tmp_path):
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, CUDA_DEVICE_MAX_CONNECTIONS="1", HOME=str(tmp_path))
+    proc = subprocess.run([LAUNCH, "+recipe=tiny_cpu", f"hydra.run.dir={run_dir}"], text=True,
+                          capture_output=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: CUDA_DEVICE_MAX_CONNECTIONS=1 serialises Megatron-FSDP's communication with its "
+        "compute (Megatron-LM refuses it with Megatron-FSDP); unset it or set it above 1, e.g. 32"]
+    assert not (run_dir / "summary.json").exists()
 
 
 def test_invalid_cell_exits_2_with_one_line_and_no_outputs(launch):

@@ -171,3 +171,26 @@ def test_a_cell_refused_at_run_time_does_not_stop_the_others(tmp_path):
     assert rows["cuda"]["reason"] == ("runtime.device=cuda but no CUDA device is visible; "
                                       "set runtime.device=cpu or auto")
     assert rows["cpu"]["status"] == "ok" and rows["cpu"]["baseline"] == "True"
+
+
+def test_shrunk_gpt_recipe_sweeps_in_bf16_with_its_graph_cell_through_the_wrapper(tmp_path):
+    """A sweep cell on the path users take: the gpt recipe (bf16), eager against full-iteration."""
+    from conftest import GPT_TINY
+
+    sweep_dir = tmp_path / "bf16"
+    env = dict(os.environ, WANDB_SILENT="true", HOME=str(tmp_path / "home"))
+    proc = subprocess.run(
+        [str(BIN / "launch"), "-m", *GPT_TINY, "fsdp.prefetch_first_param_group=false",
+         "cuda_graph.impl=none,full_iteration", "cuda_graph.warmup_steps=1", "sweep.repeats=1",
+         "logging.wandb.mode=disabled", f"hydra.sweep.dir={sweep_dir}"],
+        capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    with open(sweep_dir / "results.csv") as f:
+        rows = {r["cuda_graph.impl"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"none", "full_iteration"}
+    assert all(r["status"] == "ok" for r in rows.values())
+    graph_runs = list(sweep_dir.glob(f"{rows['full_iteration']['cell']}/*/*/summary.json"))
+    summary = json.loads(graph_runs[0].read_text())
+    assert summary["cuda_graph_wrapper"] == "FullCudaGraphWrapper"
+    assert summary["config"]["train"]["precision"] == "bf16"
+    assert "ok (CUDA graph not captured: ran eagerly)" in (sweep_dir / "results.md").read_text()

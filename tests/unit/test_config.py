@@ -66,6 +66,10 @@ RULES = [
     (["cuda_graph.impl=local", "fsdp.prefetch_first_param_group=false"],
      r"cuda_graph.impl=local \(per-layer graphs\) is not supported with Megatron-FSDP"),
     (["model.num_query_groups=3"], r"model.num_query_groups=3 must divide"),
+    (["cuda_graph=full_iteration", "fsdp.prefetch_first_param_group=false",
+      "train.inject_nan_at_step=4"],
+     r"train.inject_nan_at_step=4 cannot poison a replayed CUDA graph \(cuda_graph.impl="
+     r"full_iteration runs no Python inside the step\); remove train.inject_nan_at_step"),
     (["train.steps=0"], r"train.steps=0 must be at least 1"),
     (["+recipe=gpt", "train.steps=5"], r"train.lr_warmup_steps=10 must be below train.steps=5"),
     (["train.steps=2"], r"train.steps=2 leaves no steady-state step after the 2 excluded"),

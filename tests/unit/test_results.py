@@ -20,7 +20,8 @@ def summary(step_ms, status="ok"):
             "peak_flops": None, "device": "cpu", "backend": "gloo",
             "config": {"cuda_graph": {"impl": "none"}, "train": {"precision": "fp32"}},
             "steady_state_step_times_s": [t / 1e3 for t in step_ms],
-            "metrics": {"peak_memory_bytes": 3 * 2**20, "cuda_graph_captured": False,
+            "metrics": {"peak_memory_allocated_bytes": 3 * 2**20,
+                        "peak_memory_reserved_bytes": 4 * 2**20, "peak_rss_bytes": 2**30, "cuda_graph_captured": False,
                         "first_group_prefetches": 5, "final_loss": 2.0}}
 
 
@@ -69,7 +70,8 @@ def test_throughput_and_speedup_against_the_baseline(sweep):
     assert base["tokens_per_s_per_gpu"] == pytest.approx(5000)
     assert base["step_time_ms_p50"] == pytest.approx(100)
     assert base["tflops_per_gpu"] == pytest.approx(4e12 / 0.1 / 2 / 1e12)
-    assert base["mfu"] is None and base["peak_memory_mib"] == 3
+    assert base["mfu"] is None and base["peak_allocated_mib"] == 3
+    assert base["peak_reserved_mib"] == 4 and base["peak_rss_mib"] == 1024
     assert base["speedup"] == 1.0 and base["within_noise"]
     assert fast["speedup"] == pytest.approx(2.0, rel=0.01) and not fast["within_noise"]
     assert fast["speedup_ci_low"] < 2.0 < fast["speedup_ci_high"]

@@ -1,0 +1,64 @@
+"""The process environment a run needs, checked and set in the launch process before any rank
+starts (each rank inherits it), and recorded by every rank in the summary.
+
+Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 with Megatron-FSDP
+(megatron/training/arguments.py). Full-iteration graphs need what Megatron-Bridge's
+full-iteration recipes set (src/megatron/bridge/perf_recipes/llama/b200/llama3.py): without them
+NCCL inside a capture fails (cudaErrorStreamCaptureUnjoined). A value the user set is kept when
+it can work and refused in one line when it cannot; nothing is rewritten.
+"""
+
+from typing import Mapping
+
+from launcher.config import ConfigError, CudaGraphConfig
+
+RECORDED = ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_GRAPH_REGISTER",
+            "TORCH_NCCL_AVOID_RECORD_STREAMS", "PYTORCH_CUDA_ALLOC_CONF")
+
+GRAPH_DEFAULTS = {
+    "CUDA_DEVICE_MAX_CONNECTIONS": "32",
+    "NCCL_GRAPH_REGISTER": "0",
+    "TORCH_NCCL_AVOID_RECORD_STREAMS": "0",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,graph_capture_record_stream_reuse:True",
+}
+
+
+def run_environment(cuda_graph: CudaGraphConfig, environ: Mapping[str, str]) -> dict:
+    """The variables to add to `environ` for this run ({} when it needs none); raises ConfigError
+    naming a variable the user set to a value the run cannot work with."""
+    check_connections(environ.get("CUDA_DEVICE_MAX_CONNECTIONS"))
+    if not cuda_graph.enabled:
+        return {}
+    for name in ("NCCL_GRAPH_REGISTER", "TORCH_NCCL_AVOID_RECORD_STREAMS"):
+        value = environ.get(name)
+        if value is not None and value.strip() != "0":
+            raise ConfigError(
+                f"{name}={value} breaks NCCL inside a full-iteration CUDA graph capture "
+                f"(cuda_graph.impl={cuda_graph.impl.value}); unset {name} or set it to 0")
+    check_alloc_conf(environ.get("PYTORCH_CUDA_ALLOC_CONF"))
+    return {k: v for k, v in GRAPH_DEFAULTS.items() if k not in environ}
+
+
+def check_connections(value) -> None:
+    if value is None:
+        return
+    if not value.strip().isdigit() or int(value) < 1:
+        raise ConfigError(f"CUDA_DEVICE_MAX_CONNECTIONS={value} is not a positive integer; unset "
+                          "it or set it to a number above 1, e.g. 32")
+    if int(value) == 1:
+        raise ConfigError(
+            "CUDA_DEVICE_MAX_CONNECTIONS=1 serialises Megatron-FSDP's communication with its "
+            "compute (Megatron-LM refuses it with Megatron-FSDP); unset it or set it above 1, "
+            "e.g. 32")
+
+
+def check_alloc_conf(value) -> None:
+    """A user's PYTORCH_CUDA_ALLOC_CONF is theirs to keep, unless it turns off the stream reuse
+    that graph capture relies on."""
+    if value is None:
+        return
+    options = dict(part.split(":", 1) for part in value.replace(" ", "").split(",") if ":" in part)
+    if options.get("graph_capture_record_stream_reuse", "True").lower() == "false":
+        raise ConfigError(
+            f"PYTORCH_CUDA_ALLOC_CONF={value} turns off graph_capture_record_stream_reuse, which "
+            "full-iteration CUDA graph capture needs; remove that option (or unset the variable)")
