@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.run import checkpoint, ranks
 from launcher.run.environment import run_environment
+from launcher.run.support import check_support
 from launcher.config import Config, ConfigError, check_world_size, to_config
 
 _exit_code = [0]  # set by a run; a sweep exits with its own code, Hydra's errors with 1
@@ -50,6 +51,7 @@ def _main(composed: DictConfig) -> None:
             from launcher.data.check import check_data
 
             check_data(cfg.data, cfg.model.vocab_size)
+        check_support(cfg.model, cfg.parallel)
         environment = run_environment(cfg.cuda_graph, os.environ)
     except ConfigError as err:
         return refuse(err, run_dir)

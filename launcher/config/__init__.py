@@ -8,7 +8,8 @@ torch, no megatron, nothing from launcher's other stages. Every other stage impo
 """
 
 from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
-    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LrSchedule,
+    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LayerSpec,
+    LrSchedule,
     Normalization, Precision, ShardingStrategy, WandbMode,
 )
 from launcher.config.schema import (  # noqa: F401

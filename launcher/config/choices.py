@@ -13,6 +13,12 @@ class Normalization(str, Enum):
     RMSNorm = "RMSNorm"
 
 
+class LayerSpec(str, Enum):
+    auto = "auto"
+    local = "local"
+    transformer_engine = "transformer_engine"
+
+
 class ShardingStrategy(str, Enum):
     no_shard = "no_shard"
     optim = "optim"

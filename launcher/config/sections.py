@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
-    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LrSchedule,
+    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LayerSpec,
+    LrSchedule,
     Normalization, Precision, ShardingStrategy, WandbMode,
 )
 
@@ -46,6 +47,10 @@ class ModelConfig:
     """MLP activation: gelu, or swiglu (gated linear unit with SiLU)."""
     normalization: Normalization = Normalization.LayerNorm
     """LayerNorm or RMSNorm."""
+    layer_spec: LayerSpec = LayerSpec.auto
+    """megatron-core's layer spec: transformer_engine (its TE modules), local (torch modules, what
+    builds without Transformer Engine), or auto: transformer_engine where Transformer Engine is
+    installed, else local (as Megatron-LM's --transformer-impl defaults to TE)."""
 
     def __post_init__(self):
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size"):
@@ -91,6 +96,13 @@ class ParallelConfig:
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                     "context_parallel_size"):
             _positive(f"parallel.{key}", getattr(self, key))
+        pp = self.pipeline_model_parallel_size
+        if pp > 1:
+            raise ConfigError(
+                f"parallel.pipeline_model_parallel_size={pp} cannot run with Megatron-FSDP: "
+                "megatron-core 0.19.2 builds its device mesh from data x tensor parallel ranks "
+                "only (mcore_fsdp_adapter.py), so pipeline stages cannot be sharded; set "
+                "parallel.pipeline_model_parallel_size=1 and use data or tensor parallelism")
 
     @property
     def model_parallel_size(self) -> int:

@@ -7,8 +7,9 @@ the training loop (`loop.py`) and its full-iteration CUDA graphs (`graphs.py`, m
 FullCudaGraphWrapper), the switch's observable (`probe.py`), checkpoints
 (`checkpoint.py`), throughput arithmetic (`metrics.py`), metrics.jsonl and wandb (`outputs.py`);
 the classes a failure falls into (`failures.py`); the environment a run needs, checked and set
-before any rank starts (`environment.py`); and the dry-run estimate (`estimate.py`: the same
+before any rank starts (`environment.py`), and what this installation can build (`support.py`:
+Transformer Engine, the layer spec, context parallelism); and the dry-run estimate (`estimate.py`: the same
 arithmetic, without torch). It may import `config`, `data` and `files`, never `sweep`.
 torch and megatron are imported inside the modules that train, never by `ranks`, `failures`,
-`metrics`, `estimate`, `environment` or the checks `checkpoint` runs before any rank starts.
+`metrics`, `estimate`, `environment`, `support` or the checks `checkpoint` runs before any rank starts.
 """

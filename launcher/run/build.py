@@ -22,8 +22,10 @@ from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.module import Float16Module
 
 from launcher.config import (
-    Activation, CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig, Precision, TrainConfig,
+    Activation, CudaGraphConfig, FsdpConfig, LayerSpec, ModelConfig, ParallelConfig, Precision,
+    TrainConfig,
 )
+from launcher.run.support import layer_spec
 
 _GRAD_COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -120,11 +122,11 @@ def seed_rngs(seed: int, graph_safe_rng: bool) -> None:
 def build_model(model: ModelConfig, parallel: ParallelConfig, config: TransformerConfig,
                 ddp: DistributedDataParallelConfig, device: torch.device, wrapping_stream
                 ) -> FullyShardedDataParallel:
-    """The GPT (local layer spec, no Transformer Engine) wrapped in megatron-core's M-FSDP adapter
-    on `wrapping_stream` (launcher.run.graphs.wrapping_stream)."""
+    """The GPT wrapped in megatron-core's M-FSDP adapter on `wrapping_stream`
+    (launcher.run.graphs.wrapping_stream)."""
     gpt = GPTModel(
         config=config,
-        transformer_layer_spec=get_gpt_layer_local_spec(),
+        transformer_layer_spec=layer_spec_module(model),
         vocab_size=model.padded_vocab_size(parallel.tensor_model_parallel_size),
         max_sequence_length=model.seq_length,
     )
@@ -135,6 +137,17 @@ def build_model(model: ModelConfig, parallel: ParallelConfig, config: Transforme
     config.finalize_model_grads_func = finalize_model_grads
     config.no_sync_func = wrapped.no_sync
     return wrapped
+
+
+def layer_spec_module(model: ModelConfig):
+    """megatron-core's layer spec for `model.layer_spec` (launcher.run.support.layer_spec)."""
+    if layer_spec(model) == LayerSpec.transformer_engine:
+        from megatron.core.models.gpt.gpt_layer_specs import (
+            get_gpt_layer_with_transformer_engine_spec,
+        )
+
+        return get_gpt_layer_with_transformer_engine_spec()
+    return get_gpt_layer_local_spec()
 
 
 def build_optimizer(wrapped, train: TrainConfig):

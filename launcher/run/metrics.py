@@ -124,7 +124,7 @@ def tflops_per_gpu(flops_per_step: float, step_time_s: float, world_size: int) -
 # Values are NVIDIA datasheet figures: the datasheets print sparsity numbers, and dense is half.
 # Keys are matched against torch.cuda.get_device_name() strings by ``peak_flops``; see its
 # docstring for the matching rules that keep e.g. "H100 PCIe" off the SXM entry.
-PEAK_FLOPS: dict[tuple[str, str], float] = {
+PEAK_FLOPS: dict[tuple[str, str], Optional[float]] = {
     # H100 SXM5 ("NVIDIA H100 80GB HBM3"): 132 SMs; bf16/fp16 989.5 TF, fp8 1979 TF.
     ("H100 80GB HBM3", "bf16"): 989.5e12,
     ("H100 80GB HBM3", "fp16"): 989.5e12,
@@ -137,10 +137,15 @@ PEAK_FLOPS: dict[tuple[str, str], float] = {
     ("H100 PCIe", "fp16"): 756e12,
     ("H100 PCIe", "fp8"): 1513e12,
     # H200 SXM ("NVIDIA H200"): the H100 SXM compute die with more HBM, so the same peaks.
-    # (H200 NVL has a lower peak and is not listed, so it gets None.)
     ("H200", "bf16"): 989.5e12,
     ("H200", "fp16"): 989.5e12,
     ("H200", "fp8"): 1979e12,
+    # Named by torch too, and deliberately null: "NVIDIA H100 NVL", "NVIDIA H200 NVL" (lower
+    # clocks and power than SXM; NVIDIA has printed their figures per card and per NVLink pair)
+    # and "NVIDIA GH200 480GB" (a Grace Hopper module): their dense per-GPU peaks are not known
+    # here for sure, and a neighbouring part's peak would make a wrong MFU.
+    **{(name, precision): None for name in ("H100 NVL", "H200 NVL", "GH200")
+       for precision in ("bf16", "fp16", "fp8")},
     # A100 SXM4 and PCIe ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB",
     # "NVIDIA A100 80GB PCIe"): bf16/fp16 312 TF on both form factors; no fp8.
     ("A100", "bf16"): 312e12,

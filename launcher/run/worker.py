@@ -1,5 +1,6 @@
 """One rank of a run, in a fresh process: init, build, train, and (rank 0) write the outputs."""
 
+import faulthandler
 import os
 import resource
 import socket
@@ -26,6 +27,7 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
     """The function every rank runs; returns rank 0's summary (other ranks: {}). `resume_from`:
     a checkpoint the launch process found and checked (launcher.checkpoint.find_resume)."""
     warnings.filterwarnings("ignore", message=QUIET)
+    faulthandler.enable(all_threads=True)  # a crash in native code prints each thread's stack
     on_cpu = device_type == "cpu"
     if on_cpu:
         cpu_compat.activate()  # before megatron is imported

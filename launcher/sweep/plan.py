@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from launcher.run import ranks
 from launcher.run.environment import run_environment
+from launcher.run.support import check_support
 from launcher.config import Config, ConfigError, SweepConfig, check_world_size, to_config
 
 PLAN_FILE = "plan.json"
@@ -174,6 +175,7 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
         # environment its ranks will run in
         cfg = to_config(composed)
         check_cell_world(cfg, launcher)
+        check_support(cfg.model, cfg.parallel)
         run_environment(cfg.cuda_graph, os.environ)
     except ConfigError as err:
         return resolved, values, str(err)

@@ -168,12 +168,12 @@ def write_tables(results: Results, folder: str) -> None:
 
 SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "tflops_per_gpu", "mfu",
          "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib",
-         "runs_ok", "reason")
+         "peak_rss_mib", "runs_ok", "reason")
 HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
            "speedup": "speedup vs baseline [95% CI]", "tflops_per_gpu": "TFLOP/s/GPU",
            "step_time_ms_p50": "step p50 (ms)", "step_time_ms_p90": "step p90 (ms)",
            "peak_allocated_mib": "peak allocated (MiB)", "peak_reserved_mib": "peak reserved (MiB)",
-           "runs_ok": "runs ok"}
+           "peak_rss_mib": "peak RSS (MiB)", "runs_ok": "runs ok"}
 
 
 def display(row: dict, key: str) -> str:

@@ -35,8 +35,9 @@ def losses(run_dir):
 def test_killed_run_resumes_with_the_same_loss_curve(tmp_path, recipe, ranks):
     env = dict(os.environ, HOME=str(tmp_path / "home"))
     reference = tmp_path / "reference"
-    subprocess.run(command(reference, ranks, recipe=recipe), check=True, capture_output=True,
-                   timeout=600, env=env)
+    first = subprocess.run(command(reference, ranks, recipe=recipe), capture_output=True,
+                           text=True, timeout=600, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
 
     run_dir = tmp_path / "killed"
     same_command = command(run_dir, ranks, "train.checkpoint.interval=3",

@@ -50,7 +50,7 @@ CATALOGUE = [
     (["runtime.nproc_per_node=3"], "set train.global_batch_size to a multiple of 6"),
     (["parallel.tensor_model_parallel_size=3"],
      "model.num_attention_heads=4 is not divisible by parallel.tensor_model_parallel_size=3"),
-    (["runtime.nproc_per_node=3", "parallel.pipeline_model_parallel_size=2"],
+    (["runtime.nproc_per_node=3", "parallel.tensor_model_parallel_size=2"],
      "world size 3 (runtime.nproc_per_node x runtime.nnodes) is not divisible by tp x pp x cp"),
     (["train.global_batch_size=7"], "train.global_batch_size=7 is not divisible by "
                                     "train.micro_batch_size=2"),

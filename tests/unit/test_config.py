@@ -66,6 +66,9 @@ RULES = [
     (["cuda_graph.impl=local", "fsdp.prefetch_first_param_group=false"],
      r"cuda_graph.impl=local \(per-layer graphs\) is not supported with Megatron-FSDP"),
     (["model.num_query_groups=3"], r"model.num_query_groups=3 must divide"),
+    (["parallel.pipeline_model_parallel_size=2"],
+     r"parallel.pipeline_model_parallel_size=2 cannot run with Megatron-FSDP: megatron-core "
+     r"0.19.2 builds its device mesh from data x tensor parallel ranks only"),
     (["cuda_graph=full_iteration", "fsdp.prefetch_first_param_group=false",
       "train.inject_nan_at_step=4"],
      r"train.inject_nan_at_step=4 cannot poison a replayed CUDA graph \(cuda_graph.impl="
@@ -83,7 +86,7 @@ WORLD_RULES = [
     (["train.global_batch_size=8", "train.micro_batch_size=2", "runtime.nproc_per_node=3"],
      r"train.global_batch_size=8 is not divisible by train.micro_batch_size x data-parallel "
      r"size = 2 x 3; set train.global_batch_size to a multiple of 6"),
-    (["runtime.nproc_per_node=3", "parallel.pipeline_model_parallel_size=2"],
+    (["runtime.nproc_per_node=3", "parallel.tensor_model_parallel_size=2"],
      r"world size 3 \(runtime.nproc_per_node x runtime.nnodes\) is not divisible by tp x pp x cp "
      r"= 2; change runtime.nproc_per_node x runtime.nnodes or the parallel sizes"),
     (["runtime.nproc_per_node=2", "runtime.nnodes=2", "runtime.rdzv_endpoint=h:1",

@@ -207,7 +207,24 @@ def test_peak_table_entries_are_positive_and_keyed_by_name_and_precision():
     assert PEAK_FLOPS[("H200", "bf16")] == 989.5e12
     for (name, prec), value in PEAK_FLOPS.items():
         assert isinstance(name, str) and prec in {"bf16", "fp16", "fp8"}
-        assert value > 0
+        assert value is None and name in NOT_KNOWN or value > 0
+
+
+NOT_KNOWN = ("H100 NVL", "H200 NVL", "GH200")
+
+# Every H100 and H200 name torch.cuda.get_device_name() reports (../shared/FACTS.md), with its
+# datasheet's dense bf16 peak, or None where it is not known for sure.
+TORCH_NAMES = {"NVIDIA H100 80GB HBM3": 989.5e12, "NVIDIA H100 PCIe": 756e12,
+               "NVIDIA H100 NVL": None, "NVIDIA H200": 989.5e12, "NVIDIA H200 NVL": None,
+               "NVIDIA GH200 480GB": None}
+
+
+@pytest.mark.parametrize("name", TORCH_NAMES)
+def test_every_hopper_name_torch_reports_is_in_the_table(name):
+    assert peak_flops(name, "bf16") == TORCH_NAMES[name]
+    # in the table by name (no fallback found it): the longest key that matches is its own
+    keys = [k for (k, prec) in PEAK_FLOPS if prec == "bf16" and k.lower() in name.lower()]
+    assert max(keys, key=len).lower() in name.lower()
 
 
 # ---------------------------------------------------------------- mfu

@@ -1,0 +1,33 @@
+"""bench/gpu_check.py end to end with this venv (nothing installed): the sweep stage cut off by
+its time limit still leaves a report of the partial sweep, every stage's status is printed and
+recorded, and the exit code says not all passed."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_sweep_cut_short_still_gets_its_report(tmp_path):
+    out = tmp_path / "check"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--venv",
+                           sys.prefix, "--cpu", "--sweep-timeout", "40", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    record = json.loads((out / "gpu_check.json").read_text())
+    status = {s["name"]: s["status"] for s in record["stages"]}
+    assert status == {"imports": "ok", "gpu_tests": "ok", "sweep": "timeout (after 40 s)",
+                      "report": "ok"}
+    assert record["found"]["megatron_core"] and record["found"]["gpu"] is None
+    assert record["found"]["apex"] is False and record["found"]["transformer_engine"] is False
+    results = (out / "sweep" / "results.md").read_text()
+    assert "| cell |" in results and ("interrupted" in results or "pending" in results)
+    assert (out / "sweep" / "report.html").exists()
+    assert "[gpu_check] sweep: timeout (after 40 s)" in proc.stdout
+    assert "NOT all stages passed" in proc.stdout
