@@ -98,7 +98,7 @@ def stages_for(args, venv: Path, out: Path) -> List[Stage]:
         if args.rehearse:  # the stand-in for the GPU machine's own torch
             stages.append(Stage("torch", [py, "-m", "pip", "install", "-q", TORCH], 600, ["venv"]))
         stages.append(Stage("install", [py, "-m", "pip", "install", "-q", "--no-index",
-                                        "--no-deps", *wheels], 90,
+                                        "--no-deps", *wheels], 300 if args.rehearse else 90,
                             ["torch"] if args.rehearse else ["venv"]))
     installed = [] if args.venv else ["install"]
     stages.append(Stage("imports", [py, "-c", PROBE], 60, installed))
