@@ -13,7 +13,8 @@ from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
     Normalization, Precision, ShardingStrategy, WandbMode,
 )
 from launcher.config.schema import (  # noqa: F401
-    LAUNCH_WORLD, Config, check_world_size, to_config, unknown_keys,
+    LAUNCH_WORLD, Config, check_steady_state, check_world_size, no_steady_state, to_config,
+    unknown_keys,
 )
 from launcher.config.sections import (  # noqa: F401
     CheckpointConfig, ConfigError, CudaGraphConfig, DataConfig, FsdpConfig, LoggingConfig,

@@ -57,19 +57,31 @@ class Config:
                 f"parallel.tensor_model_parallel_size={tp}; pick a tensor-parallel size that "
                 "divides the heads"
             )
-        excluded = self.excluded_steps
-        if self.train.steps <= excluded:
-            raise ConfigError(
-                f"train.steps={self.train.steps} leaves no steady-state step after the "
-                f"{excluded} excluded (train.warmup_steps, plus CUDA-graph warmup and capture); "
-                f"set train.steps above {excluded}"
-            )
 
     @property
     def excluded_steps(self) -> int:
         """Steps left out of throughput: train.warmup_steps, plus CUDA-graph warmup and capture."""
         graph = self.cuda_graph.warmup_steps + 1 if self.cuda_graph.enabled else 0
         return self.train.warmup_steps + graph
+
+
+def no_steady_state(cfg: Config) -> str:
+    """Why the run measures no throughput (every step is excluded from it), or "". A single run
+    still trains and says so; a sweep refuses the cell (check_steady_state), since throughput is
+    what it compares."""
+    excluded = cfg.excluded_steps
+    if cfg.train.steps > excluded:
+        return ""
+    return (f"train.steps={cfg.train.steps} leaves no steady-state step after the {excluded} "
+            "excluded (train.warmup_steps, plus CUDA-graph warmup and capture); set train.steps "
+            f"above {excluded}")
+
+
+def check_steady_state(cfg: Config) -> None:
+    """A sweep's rule: every cell has steady-state steps to measure."""
+    reason = no_steady_state(cfg)
+    if reason:
+        raise ConfigError(reason)
 
 
 LAUNCH_WORLD = "runtime.nproc_per_node x runtime.nnodes"

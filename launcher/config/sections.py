@@ -226,7 +226,8 @@ class TrainConfig:
     lr_schedule: LrSchedule = LrSchedule.constant
     """constant | linear | cosine decay after warmup."""
     lr_warmup_steps: int = 0
-    """Linear learning-rate warmup steps."""
+    """Linear learning-rate warmup steps. A run shorter than that warms up for its whole length,
+    each step at the LR this warmup gives it (the decay, which it never reaches, is put after)."""
     weight_decay: float = 0.01
     """AdamW weight decay."""
     grad_clip: float = 1.0
@@ -268,11 +269,9 @@ class TrainConfig:
             raise ConfigError(f"train.eval_interval={self.eval_interval} must be >= 0; set 0 "
                               "(no validation) or a number of steps")
         _positive("train.eval_iters", self.eval_iters)
-        if self.lr_warmup_steps and self.lr_warmup_steps >= self.steps:
-            raise ConfigError(
-                f"train.lr_warmup_steps={self.lr_warmup_steps} must be below "
-                f"train.steps={self.steps}; lower train.lr_warmup_steps or raise train.steps"
-            )
+        if self.lr_warmup_steps < 0:
+            raise ConfigError(f"train.lr_warmup_steps={self.lr_warmup_steps} must be >= 0; set 0 "
+                              "(no warmup) or a number of steps")
 
 
 @dataclass
@@ -329,6 +328,9 @@ class WandbConfig:
     """wandb run name; null means the run directory's name (a sweep names each run by its cell)."""
     tags: List[str] = field(default_factory=list)
     """wandb tags."""
+    verbose: bool = False
+    """wandb's own console output (its banner and run summary); off, a run prints one wandb line:
+    where the run is and how to send or open it."""
 
 
 @dataclass
@@ -337,6 +339,9 @@ class LoggingConfig:
 
     interval: int = 1
     """Log every N steps."""
+    print_steps: Optional[bool] = None
+    """A console line per logged step; null: yes in a single run, no in a sweep's jobs (each
+    prints its start and result lines; metrics.jsonl and wandb keep every step)."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """Weights & Biases settings."""
 

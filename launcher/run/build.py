@@ -160,7 +160,9 @@ def build_optimizer(wrapped, train: TrainConfig):
         max_lr=train.lr,
         min_lr=train.min_lr,
         lr_warmup_steps=train.lr_warmup_steps,
-        lr_decay_steps=train.steps,
+        # megatron's scheduler needs warmup < decay steps: a run shorter than its warmup gets
+        # the decay put after its end, so each of its steps has the LR train.lr_warmup_steps gives
+        lr_decay_steps=max(train.steps, train.lr_warmup_steps + 1),
         lr_decay_style=decay_style,
         start_wd=train.weight_decay,
         end_wd=train.weight_decay,

@@ -52,7 +52,7 @@ def make_forward_step(poison: bool):
 def train_step(model, optimizer, scheduler, forward_backward, data_iterator, batch: Batch,
                step: int, poison: bool = False):
     """Forward/backward over all microbatches, then the optimizer step, unless the loss is
-    non-finite. Returns (loss, grad_norm)."""
+    non-finite. Returns (loss, grad_norm, the learning rate the step applied)."""
     model.zero_grad_buffer()
     optimizer.zero_grad()
     outputs = forward_backward(
@@ -68,6 +68,7 @@ def train_step(model, optimizer, scheduler, forward_backward, data_iterator, bat
     if not math.isfinite(loss):
         raise NonFiniteError(f"step {step}: the loss is non-finite ({loss}); stopped before the "
                              "optimizer step applied it")
+    lr = optimizer.param_groups[0]["lr"]
     _, grad_norm, _ = optimizer.step()
     if grad_norm is not None and not math.isfinite(grad_norm):
         # megatron computes the norm inside its step: this update is applied, but the run stops
@@ -75,7 +76,7 @@ def train_step(model, optimizer, scheduler, forward_backward, data_iterator, bat
         raise NonFiniteError(f"step {step}: the gradient norm is non-finite ({grad_norm}); "
                              "stopped, no checkpoint holds this step")
     scheduler.step(increment=1)
-    return loss, grad_norm
+    return loss, grad_norm, lr
 
 
 def mean_loss(outputs) -> float:
@@ -87,20 +88,20 @@ def mean_loss(outputs) -> float:
 
 def train(model, optimizer, scheduler, data_iterator, steps: range, batch: Batch,
           on_step: Callable, forward_backward=None, nan_at_step: Optional[int] = None):
-    """Runs the optimizer steps in `steps`; calls on_step(step, loss, grad_norm, seconds) after
-    each. Peak-memory statistics restart after the first step, so they hold the steady state
+    """Runs the optimizer steps in `steps`; calls on_step(step, loss, grad_norm, seconds, lr)
+    after each. Peak-memory statistics restart after the first step, so they hold the steady state
     (and a CUDA graph's pool), not start-up."""
     forward_backward = forward_backward or get_forward_backward_func()
     for step in steps:
         start = time.perf_counter()
-        loss, grad_norm = train_step(model, optimizer, scheduler, forward_backward, data_iterator,
-                                     batch, step, poison=step == nan_at_step)
+        loss, grad_norm, lr = train_step(model, optimizer, scheduler, forward_backward,
+                                         data_iterator, batch, step, poison=step == nan_at_step)
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # so the step time covers the GPU work
         seconds = time.perf_counter() - start
         if step == steps.start and torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
-        on_step(step, loss, grad_norm, seconds)
+        on_step(step, loss, grad_norm, seconds, lr)
 
 
 def evaluate(model, data_iterator, batch: Batch, iters: int, forward_backward=None) -> float:

@@ -32,8 +32,11 @@ class WandbLogger:
             mode=wandb_cfg.mode.value, project=wandb_cfg.project, entity=wandb_cfg.entity,
             group=wandb_cfg.group, tags=list(wandb_cfg.tags), config=config, name=name,
             dir=run_dir, job_type=job_type,
+            settings=wandb.Settings(silent=not wandb_cfg.verbose),
         )
         self._wandb = wandb
+        if not wandb_cfg.verbose:
+            print(f"[launch] wandb: {where(self._run)}", flush=True)
 
     def log(self, metrics: dict, step: int) -> None:
         self._run.log(metrics, step=step)
@@ -43,6 +46,15 @@ class WandbLogger:
 
     def close(self) -> None:
         self._run.finish()
+
+
+def where(run) -> str:
+    """One line on where a wandb run is and what to do with it."""
+    if run.settings.mode == "offline":
+        folder = os.path.dirname(run.dir)  # <run dir>/wandb/offline-run-*/files -> the run
+        return f"offline run in {folder}; look at it with `wandb leet {folder}`, send it with " \
+               f"`wandb sync {folder}`"
+    return f"{run.url}"
 
 
 class MetricsFile:

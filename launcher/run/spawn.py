@@ -97,9 +97,10 @@ def run_this_rank(cfg: Config, resolved: dict, run_dir: str, starter: str,
 def report_ok(summary: dict, run_dir: str) -> int:
     write_json_atomic(os.path.join(run_dir, "summary.json"), summary)
     m = summary["metrics"]
-    print(f"[launch] ok: {m['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, "
-          f"first_group_prefetches={m['first_group_prefetches']}, outputs in {run_dir}",
-          flush=True)
+    measured = (f"{m['tokens_per_s_per_gpu']:.0f} tokens/s/GPU" if m["tokens_per_s_per_gpu"]
+                is not None else f"throughput null ({m['throughput_null_reason']})")
+    print(f"[launch] ok: {measured}, first_group_prefetches={m['first_group_prefetches']}, "
+          f"outputs in {run_dir}", flush=True)
     return 0
 
 

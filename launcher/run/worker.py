@@ -4,29 +4,22 @@ import faulthandler
 import os
 import resource
 import socket
-import warnings
 from datetime import timedelta
 from typing import Optional
 
 import torch
 
-from launcher.run import cpu_compat, metrics, ranks
+from launcher.run import cpu_compat, metrics, notices, ranks
 from launcher.config import Config, WandbMode
 from launcher.run.environment import RECORDED
 from launcher.run.outputs import MetricsFile, NullLogger, WandbLogger
-
-
-# Printed by every rank of every run on a machine without Transformer Engine or Apex, where
-# megatron-core falls back to torch on purpose (the local layer spec).
-QUIET = r".*(Transformer Engine and Apex are not installed|Apex is not installed|absl.logging is " \
-        r"not installed|MimoModelConfig is experimental).*"
 
 
 def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
              resume_from: Optional[str] = None) -> dict:
     """The function every rank runs; returns rank 0's summary (other ranks: {}). `resume_from`:
     a checkpoint the launch process found and checked (launcher.checkpoint.find_resume)."""
-    warnings.filterwarnings("ignore", message=QUIET)
+    notices.install()
     faulthandler.enable(all_threads=True)  # a crash in native code prints each thread's stack
     on_cpu = device_type == "cpu"
     if on_cpu:
@@ -231,22 +224,24 @@ class _Recorder:
                 cfg.logging.wandb, run_dir, resolved,
                 cfg.logging.wandb.name or os.path.basename(run_dir))
 
-    def on_step(self, step, loss, grad_norm, seconds):
+    def on_step(self, step, loss, grad_norm, seconds, lr):
         self.steps.append({"step": step, "loss": loss, "step_time_s": seconds})
         if self.rank != 0 or step % self.cfg.logging.interval:
             return
         tps = metrics.tokens_per_s_per_gpu(self.tokens_per_step, seconds, self.world_size)
         tflops = metrics.tflops_per_gpu(self.flops, seconds, self.world_size)
         mfu = metrics.mfu(tflops * 1e12, self.peak)
-        record = {"step": step, "loss": loss, "grad_norm": _float(grad_norm),
+        record = {"step": step, "loss": loss, "grad_norm": _float(grad_norm), "lr": lr,
                   "step_time_s": seconds, "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops,
                   "mfu": mfu}
         self.jsonl.write(record)
         self.logger.log({"train/loss": loss, "train/grad_norm": record["grad_norm"],
+                         "train/lr": lr,
                          "perf/step_time_s": seconds, "perf/tokens_per_s_per_gpu": tps,
                          "perf/tflops_per_gpu": tflops, "perf/mfu": mfu}, step=step)
-        print(f"step {step:>4}/{self.cfg.train.steps}  loss {loss:.4f}  "
-              f"step {seconds * 1e3:7.1f} ms  {tps:9.0f} tokens/s/GPU", flush=True)
+        if self.cfg.logging.print_steps is not False:
+            print(f"step {step:>4}/{self.cfg.train.steps}  loss {loss:.4f}  "
+                  f"step {seconds * 1e3:7.1f} ms  {tps:9.0f} tokens/s/GPU", flush=True)
 
     def on_eval(self, step, loss):
         self.valid_losses.append({"step": step, "valid_loss": loss})
@@ -254,7 +249,8 @@ class _Recorder:
             return
         self.jsonl.write({"step": step, "valid_loss": loss})
         self.logger.log({"valid/loss": loss}, step=step)
-        print(f"step {step:>4}/{self.cfg.train.steps}  validation loss {loss:.4f}", flush=True)
+        if self.cfg.logging.print_steps is not False:
+            print(f"step {step:>4}/{self.cfg.train.steps}  validation loss {loss:.4f}", flush=True)
 
     def close(self):
         if self.jsonl:
@@ -262,19 +258,10 @@ class _Recorder:
 
     def summary(self, prefetches, captured, mcore_version, shard_numel):
         skip = self.first_step - 1 + self.cfg.excluded_steps  # a resumed run warms up again
-        # A run resumed near its end may have no step past the warmup: then all of its steps.
-        steady = [s for s in self.steps if s["step"] > skip] or self.steps
+        steady = [s for s in self.steps if s["step"] > skip]
         times = [s["step_time_s"] for s in steady]
-        stats = metrics.step_time_stats(times)
-        mean_t = stats["mean"]
-        tflops = metrics.tflops_per_gpu(self.flops, mean_t, self.world_size)
         result = {
-            "tokens_per_s_per_gpu": metrics.tokens_per_s_per_gpu(self.tokens_per_step, mean_t,
-                                                                 self.world_size),
-            "tflops_per_gpu": tflops,
-            "mfu": metrics.mfu(tflops * 1e12, self.peak),
-            "step_time_s_p50": stats["p50"],
-            "step_time_s_p90": stats["p90"],
+            **throughput(self, times),
             **peak_memory(self.on_cpu),
             "final_loss": self.steps[-1]["loss"],
             "final_valid_loss": self.valid_losses[-1]["valid_loss"] if self.valid_losses
@@ -291,11 +278,30 @@ class _Recorder:
             "world_size": self.world_size, "device": self.device_name or "cpu",
             "megatron_core_version": mcore_version, "torch_version": torch.__version__,
             "config": self.resolved,
+            "steps_run": [s["step"] for s in self.steps],
             "steady_state_steps": [s["step"] for s in steady],
             "steady_state_step_times_s": times,  # the samples of a sweep's statistics
             "tokens_per_step": self.tokens_per_step, "flops_per_step": self.flops,
             "peak_flops": self.peak, "rank0_weight_shard_numel": shard_numel, "metrics": result,
         }
+
+
+def throughput(recorder, times) -> dict:
+    """tokens/s/GPU, TFLOP/s/GPU, MFU and step-time percentiles over the steady-state step times;
+    all null, with the reason, when there is none."""
+    if not times:
+        first, last = recorder.steps[0]["step"], recorder.steps[-1]["step"]
+        reason = (f"no steady-state step: steps {first}..{last} all fall within the first "
+                  f"{recorder.cfg.excluded_steps} this run leaves out (train.warmup_steps, plus "
+                  "CUDA-graph warmup and capture); run more steps to measure throughput")
+        return {"tokens_per_s_per_gpu": None, "tflops_per_gpu": None, "mfu": None,
+                "step_time_s_p50": None, "step_time_s_p90": None, "throughput_null_reason": reason}
+    stats = metrics.step_time_stats(times)
+    tflops = metrics.tflops_per_gpu(recorder.flops, stats["mean"], recorder.world_size)
+    return {"tokens_per_s_per_gpu": metrics.tokens_per_s_per_gpu(
+                recorder.tokens_per_step, stats["mean"], recorder.world_size),
+            "tflops_per_gpu": tflops, "mfu": metrics.mfu(tflops * 1e12, recorder.peak),
+            "step_time_s_p50": stats["p50"], "step_time_s_p90": stats["p90"]}
 
 
 def peak_memory(on_cpu: bool) -> dict:

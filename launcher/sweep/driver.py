@@ -24,7 +24,8 @@ def quote(text: str) -> str:
 def job_overrides(plan: Plan, master: DictConfig, cell, repeat: int, attempt: int) -> List[str]:
     """A cell's overrides, plus where it writes and how its wandb run is grouped and tagged."""
     tags = [*master.logging.wandb.tags, *(f"{k}={v}" for k, v in cell.values.items())]
-    return [*cell.overrides,
+    quiet = ["logging.print_steps=false"] if master.logging.print_steps is None else []
+    return [*cell.overrides, *quiet,
             f"hydra.sweep.subdir={cell.id}/repeat{repeat}/attempt{attempt}",
             f"logging.wandb.group={quote(plan.wandb_group)}",
             f"logging.wandb.name={quote(run_name(cell.label, repeat, attempt))}",

@@ -21,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from launcher.run import ranks
 from launcher.run.environment import run_environment
 from launcher.run.support import check_support
-from launcher.config import Config, ConfigError, SweepConfig, check_world_size, to_config
+from launcher.config import (
+    Config, ConfigError, SweepConfig, check_steady_state, check_world_size, to_config,
+)
 
 PLAN_FILE = "plan.json"
 UNMEASURED = ("sweep", "logging")  # sections left out of a cell's id
@@ -174,6 +176,7 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
         # every __post_init__ rule as the job will run them, the world it will get, and the
         # environment its ranks will run in
         cfg = to_config(composed)
+        check_steady_state(cfg)
         check_cell_world(cfg, launcher)
         check_support(cfg.model, cfg.parallel)
         run_environment(cfg.cuda_graph, os.environ)

@@ -63,9 +63,8 @@ CATALOGUE = [
     (["fsdp.overlap_param_gather=false", "fsdp.prefetch_first_param_group=false"],
      "set fsdp.overlap_param_gather=true"),
     # the loop and the runtime
-    (["train.steps=2"], "set train.steps above 2"),
     (["train.lr=-1"], "train.lr=-1.0 must be positive"),
-    (["train.lr_warmup_steps=30"], "lower train.lr_warmup_steps or raise train.steps"),
+    (["train.lr_warmup_steps=-1"], "train.lr_warmup_steps=-1 must be >= 0"),
     (["logging.interval=0"], "logging.interval=0 must be at least 1"),
     (["runtime.nnodes=2"], "set runtime.rdzv_endpoint=HOST:PORT"),
     (["runtime.rdzv_endpoint=node1"], "runtime.rdzv_endpoint=node1 is not HOST:PORT"),

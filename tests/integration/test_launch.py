@@ -77,6 +77,25 @@ def test_shrunk_gpt_recipe_in_bf16_graph_cell_matches_eager_cell(tmp_path):
     assert eager["env"][0]["NCCL_GRAPH_REGISTER"] is None  # an eager run gets none of it
 
 
+def test_a_five_step_run_of_the_gpt_recipe_runs_with_null_throughput(launch):
+    """Shorter than its LR warmup (10) and its throughput warmup (5): it trains, warming up all
+    the way, and says once why it measured no throughput."""
+    proc, run_dir = launch("+recipe=gpt", "model=tiny", "train.steps=5",
+                           "logging.wandb.mode=disabled")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary, steps = read_run(run_dir)
+    m = summary["metrics"]
+    assert summary["status"] == "ok" and summary["config"]["train"]["precision"] == "bf16"
+    assert summary["steps_run"] == [1, 2, 3, 4, 5] and summary["steady_state_steps"] == []
+    assert m["tokens_per_s_per_gpu"] is None and m["tflops_per_gpu"] is None
+    assert m["throughput_null_reason"].startswith("no steady-state step: steps 1..5")
+    assert proc.stdout.count("no steady-state step") == 1
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
+    lr, warmup = summary["config"]["train"]["lr"], summary["config"]["train"]["lr_warmup_steps"]
+    # the recipe's warmup, as a 50-step run has it: step k at lr * (k - 1) / 10
+    assert [s["lr"] for s in steps] == pytest.approx([lr * k / warmup for k in range(5)])
+
+
 def test_cuda_device_max_connections_1_is_refused_before_any_rank(tmp_path):
     run_dir = tmp_path / "run"
     env = dict(os.environ, CUDA_DEVICE_MAX_CONNECTIONS="1", HOME=str(tmp_path))

@@ -4,6 +4,7 @@ real browser, and the same command again (resumable, nothing overwritten)."""
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -194,3 +195,22 @@ def test_shrunk_gpt_recipe_sweeps_in_bf16_with_its_graph_cell_through_the_wrappe
     assert summary["cuda_graph_wrapper"] == "FullCudaGraphWrapper"
     assert summary["config"]["train"]["precision"] == "bf16"
     assert "ok (CUDA graph not captured: ran eagerly)" in (sweep_dir / "results.md").read_text()
+
+
+def test_a_sweep_prints_a_few_lines_per_run(tmp_path):
+    sweep_dir = tmp_path / "quiet"
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+    env.pop("WANDB_SILENT", None)  # wandb as a user has it: not silenced from outside
+    proc = subprocess.run(
+        [str(BIN / "launch"), "-m", "+recipe=tiny_cpu", "train.steps=4", "sweep.repeats=1",
+         "fsdp.prefetch_first_param_group=true,false", f"hydra.sweep.dir={sweep_dir}"],
+        capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len([line for line in lines if re.search(r"\[HYDRA\]\s+#\d+ : ", line)]) == 2
+    # per run: wandb, start, result; and the wandb run of the results table
+    assert len([line for line in lines if "[launch]" in line]) == 2 * 3 + 1
+    assert sum("[launch] wandb: offline run in" in line for line in lines) == 3
+    assert not [line for line in lines if line.startswith(("step ", "wandb:"))]
+    assert len(lines) <= 30, "\n".join(lines)
+    assert "GPTModel IS DEPRECATED" not in proc.stdout + proc.stderr

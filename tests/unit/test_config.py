@@ -7,7 +7,7 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 
 from launcher.cli import register_configs, to_config
-from launcher.config import ConfigError, check_world_size
+from launcher.config import ConfigError, check_steady_state, check_world_size, no_steady_state
 
 register_configs()
 
@@ -74,8 +74,7 @@ RULES = [
      r"train.inject_nan_at_step=4 cannot poison a replayed CUDA graph \(cuda_graph.impl="
      r"full_iteration runs no Python inside the step\); remove train.inject_nan_at_step"),
     (["train.steps=0"], r"train.steps=0 must be at least 1"),
-    (["+recipe=gpt", "train.steps=5"], r"train.lr_warmup_steps=10 must be below train.steps=5"),
-    (["train.steps=2"], r"train.steps=2 leaves no steady-state step after the 2 excluded"),
+    (["train.lr_warmup_steps=-1"], r"train.lr_warmup_steps=-1 must be >= 0"),
     (["runtime.nnodes=2"], r"runtime.nnodes=2 needs a rendezvous every node can reach; set "
                            r"runtime.rdzv_endpoint=HOST:PORT"),
     (["runtime.rdzv_endpoint=node1"], r"runtime.rdzv_endpoint=node1 is not HOST:PORT"),
@@ -114,3 +113,19 @@ def test_valid_cells_of_the_grid_pass_unchanged():
     assert cell.cuda_graph.impl.value == "full_iteration" and cell.excluded_steps == 2 + 3 + 1
     cell = make("fsdp.prefetch_first_param_group=true", "cuda_graph=none")
     assert cell.fsdp.prefetch_first_param_group is True and cell.excluded_steps == 2
+
+
+def test_a_sweep_cell_needs_a_steady_state_step():
+    cfg = make("train.steps=2")  # a single run of 2 steps runs (its throughput is null)
+    assert no_steady_state(make("train.steps=3")) == ""
+    with pytest.raises(ConfigError, match=r"train.steps=2 leaves no steady-state step after the "
+                                          r"2 excluded .*; set train.steps above 2"):
+        check_steady_state(cfg)
+    graph = make("train.steps=5", "cuda_graph=full_iteration",
+                 "fsdp.prefetch_first_param_group=false")
+    with pytest.raises(ConfigError, match=r"after the 6 excluded"):
+        check_steady_state(graph)
+
+
+def test_a_run_shorter_than_its_lr_warmup_is_valid():
+    assert make("+recipe=gpt", "train.steps=5").train.lr_warmup_steps == 10

@@ -138,3 +138,11 @@ def test_preflight_refuses_a_runtime_layout_the_launcher_will_not_give():
     assert {c.reason for c in plan.cells if "cannot be captured" not in c.reason} == {
         "runtime.nproc_per_node=4, but submitit started 2 (hydra.launcher.nodes x "
         "hydra.launcher.tasks_per_node); set runtime.nproc_per_node=2 or null"}
+
+
+def test_a_cell_with_no_steady_state_step_is_refused_in_preflight():
+    cells = by_values(plan_for("train.steps=4"))  # 2 warmup steps; graphs leave out 4 more
+    assert cells[("false", "none")].valid and cells[("true", "none")].valid
+    graph = cells[("false", "full_iteration")]
+    assert not graph.valid
+    assert "train.steps=4 leaves no steady-state step after the 6 excluded" in graph.reason
