@@ -6,6 +6,7 @@ process with the sweep's exit code; each of its jobs comes back here as one run.
 module imports hydra and omegaconf only: `launch --cfg job` never imports torch.
 """
 
+import dataclasses
 import os
 import sys
 from importlib import resources
@@ -47,6 +48,7 @@ def _main(composed: DictConfig) -> None:
         if not ranks.external_starter():  # else the rank checks the world it was given
             check_world_size(cfg, cfg.runtime.world_size)
         resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
+        cfg = with_vocab(cfg)
         if cfg.data.kind.value == "indexed":
             from launcher.data.check import check_data
 
@@ -64,10 +66,25 @@ def _main(composed: DictConfig) -> None:
 
     os.environ.update(environment)  # before any rank, and before torch reads CUDA's settings
     resolved = OmegaConf.to_container(composed, resolve=True)
+    resolved["model"]["vocab_size"] = cfg.model.vocab_size  # as the run has it
     try:
         set_exit_code(run(cfg, resolved, run_dir, resume_from))
     except ConfigError as err:  # a CUDA device asked for and none seen; a starter's world
         refuse(err, run_dir)
+
+
+def with_vocab(cfg: Config) -> Config:
+    """`cfg` with model.vocab_size set where it is null: the data's tokenizer's vocabulary
+    (PREFIX.json) with data=indexed, model.mock_vocab_size with mock data."""
+    if cfg.model.vocab_size is not None:
+        return cfg
+    if cfg.data.kind.value == "indexed":
+        from launcher.data.check import data_vocab_size
+
+        vocab = data_vocab_size(cfg.data)
+    else:
+        vocab = cfg.model.mock_vocab_size
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab))
 
 
 def refuse(err: ConfigError, run_dir: str) -> None:

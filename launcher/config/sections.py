@@ -41,8 +41,12 @@ class ModelConfig:
     """MLP width; null means 4 x hidden_size."""
     seq_length: int = 32
     """Tokens per sample."""
-    vocab_size: int = 128
-    """Vocabulary size (padded up to a multiple of 128 x tensor-parallel size, as Megatron-LM does)."""
+    vocab_size: Optional[int] = None
+    """Vocabulary size (padded up to a multiple of 128 x tensor-parallel size, as Megatron-LM
+    does); null: the tokenizer's vocabulary from PREFIX.json with data=indexed, and
+    model.mock_vocab_size with mock data."""
+    mock_vocab_size: int = 128
+    """The vocabulary of mock data when model.vocab_size is null."""
     activation: Activation = Activation.gelu
     """MLP activation: gelu, or swiglu (gated linear unit with SiLU)."""
     normalization: Normalization = Normalization.LayerNorm
@@ -53,8 +57,11 @@ class ModelConfig:
     installed, else local (as Megatron-LM's --transformer-impl defaults to TE)."""
 
     def __post_init__(self):
-        for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size"):
+        for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
+                    "mock_vocab_size"):
             _positive(f"model.{key}", getattr(self, key))
+        if self.vocab_size is not None:
+            _positive("model.vocab_size", self.vocab_size)
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} is not divisible by "
@@ -77,6 +84,8 @@ class ModelConfig:
         return self.ffn_hidden_size or 4 * self.hidden_size
 
     def padded_vocab_size(self, tensor_parallel_size: int) -> int:
+        if self.vocab_size is None:
+            raise ValueError("model.vocab_size is resolved (launch: with_vocab) before it is used")
         multiple = 128 * tensor_parallel_size
         return -(-self.vocab_size // multiple) * multiple
 
@@ -298,6 +307,11 @@ class DataConfig:
         if not re.fullmatch(r"\d+(\.\d*)?,\d+(\.\d*)?,\d+(\.\d*)?", self.split):
             raise ConfigError(f"data.split={self.split} is not three comma-separated weights; "
                               "set it like data.split=98,2,0")
+        train, valid, _ = (float(w) for w in self.split.split(","))
+        if not train or not valid:
+            raise ConfigError(f"data.split={self.split} gives the training or the validation "
+                              "split no weight, and a run reads both; set it like "
+                              "data.split=98,2,0")
 
     def blend(self) -> tuple:
         """(prefixes, weights or None), as megatron-core's blend takes them."""

@@ -20,11 +20,44 @@ DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.
           7: np.float32, 8: np.uint16}  # megatron-core's DType codes
 
 
+SPLITS = ("training", "validation", "test")
+
+
+def documents_per_split(split: str, documents: int) -> list:
+    """How megatron-core's BlendedMegatronDatasetBuilder splits `documents`: the normalised
+    weights as book-ends, each rounded (int(round(end * n)) - int(round(begin * n)))."""
+    weights = [float(w) for w in split.split(",")]
+    ends = [sum(weights[:i + 1]) / sum(weights) for i in range(len(weights))]
+    bounds = [0.0, *ends]
+    return [int(round(bounds[i + 1] * documents)) - int(round(bounds[i] * documents))
+            for i in range(len(weights))]
+
+
+def check_split(prefix: str, split: str, documents: int) -> None:
+    """A split the run reads (training, validation) with no document would never fill its
+    sample index: megatron-core loops on it for ever."""
+    counts = documents_per_split(split, documents)
+    for name, count in zip(SPLITS[:2], counts):
+        if count == 0:
+            raise ConfigError(
+                f"data.split={split} leaves {prefix} ({documents} document"
+                f"{'s' if documents != 1 else ''}) no {name} document; cut its text into more "
+                "documents (launch-prepare --split-on blank, or lines:N) or set data.split so "
+                "that training and validation each get one")
+
+
+def data_vocab_size(data) -> int:
+    """The vocabulary of data.path's tokenizer(s), from PREFIX.json."""
+    prefixes, _ = data.blend()
+    return max(tokenizer_of(prefix).vocab_size for prefix in prefixes)
+
+
 def check_data(data, vocab_size: int) -> None:
-    """Every prefix of data.path: present, consistent, non-empty, within the model's vocab."""
+    """Every prefix of data.path: present, consistent, non-empty, split so that each split the
+    run reads has a document, within the model's vocab."""
     prefixes, _ = data.blend()
     for prefix in prefixes:
-        lengths, dtype = read_index(prefix)
+        lengths, dtype, documents = read_index(prefix)
         bin_path = Path(f"{prefix}.bin")
         if not bin_path.is_file():
             raise ConfigError(f"data.path: {bin_path} does not exist; run `launch-prepare ... "
@@ -37,6 +70,7 @@ def check_data(data, vocab_size: int) -> None:
         if expected == 0:
             raise ConfigError(f"data.path: {bin_path} holds no tokens; prepare it from "
                               "non-empty input")
+        check_split(prefix, data.split, documents)
         top = int(np.memmap(bin_path, dtype=dtype, mode="r").max())
         if top >= vocab_size:
             raise ConfigError(f"data.path: {bin_path} holds token id {top} but "
@@ -45,7 +79,8 @@ def check_data(data, vocab_size: int) -> None:
 
 
 def read_index(prefix: str) -> tuple:
-    """(sequence lengths, token dtype) from PREFIX.idx; ConfigError naming the file if bad."""
+    """(sequence lengths, token dtype, documents) from PREFIX.idx; ConfigError naming the file
+    if bad."""
     path = Path(f"{prefix}.idx")
     try:
         with open(path, "rb") as f:
@@ -53,7 +88,7 @@ def read_index(prefix: str) -> tuple:
             if header != HEADER:
                 raise ConfigError(f"data.path: {path} is not a megatron-core index; prepare "
                                   "the dataset with `launch-prepare`")
-            _version, code, count, _docs = struct.unpack("<QBQQ", f.read(25))
+            _version, code, count, document_bounds = struct.unpack("<QBQQ", f.read(25))
             lengths = np.frombuffer(f.read(4 * count), dtype=np.int32)
     except FileNotFoundError:
         raise ConfigError(f"data.path: {path} does not exist; run `launch-prepare ... --output "
@@ -65,7 +100,7 @@ def read_index(prefix: str) -> tuple:
     if count == 0:
         raise ConfigError(f"data.path: {path} indexes no documents; prepare it from "
                           "non-empty input")
-    return lengths, DTYPES[code]
+    return lengths, DTYPES[code], max(document_bounds - 1, 0)  # N documents, N + 1 bounds
 
 
 def tokenizer_of(prefix: str) -> SimpleNamespace:

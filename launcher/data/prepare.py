@@ -19,6 +19,7 @@ file and the fix, and exits 2.
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -49,13 +50,17 @@ def parse_args(argv) -> argparse.Namespace:
                             "indexed dataset: PREFIX.bin, PREFIX.idx and PREFIX.json.")
     parser.add_argument("inputs", nargs="*", metavar="INPUT",
                         help=".jsonl files (one JSON object per line) or plain text files "
-                             "(one document each)")
+                             "(cut into documents by --split-on)")
     parser.add_argument("--output", required=True, metavar="PREFIX",
                         help="output prefix: writes PREFIX.bin, PREFIX.idx and PREFIX.json")
     parser.add_argument("--tokenizer", required=True, metavar="NAME",
                         help="`byte`, or a Hugging Face tokenizer directory or tokenizer.json")
     parser.add_argument("--json-key", default="text", metavar="KEY",
                         help="the key holding the document in each JSONL object (default: text)")
+    parser.add_argument("--split-on", default="file", type=split_rule, metavar="RULE",
+                        help="how a plain text file is cut into documents: `file` (the whole "
+                             "file, the default), `blank` (on blank lines, as paragraphs), or "
+                             "`lines:N` (every N lines)")
     parser.add_argument("--append-eod", action=argparse.BooleanOptionalAction, default=True,
                         help="end each document with the tokenizer's eod token (default: on)")
     parser.add_argument("--stdlib-corpus", action="store_true",
@@ -133,16 +138,35 @@ def read_jsonl(path: str, json_key: str) -> Iterator[str]:
                 yield jsonl_text(path, number, line, json_key)
 
 
-def read_text(path: str) -> Iterator[str]:
-    """A plain text file as one document, its line endings kept."""
+def split_rule(text: str) -> tuple:
+    """`file`, `blank` or `lines:N` as (kind, N)."""
+    if text in ("file", "blank"):
+        return text, 0
+    match = re.fullmatch(r"lines:([1-9]\d*)", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not file, blank or lines:N (N >= 1)")
+    return "lines", int(match[1])
+
+
+def read_text(path: str, rule: tuple = ("file", 0)) -> Iterator[str]:
+    """A plain text file as documents, line endings kept: the whole file, its paragraphs (text
+    between blank lines), or runs of N lines."""
     with open(path, encoding="utf-8", newline="") as f:
-        yield f.read()
+        if rule[0] == "file":
+            yield f.read()
+        elif rule[0] == "blank":
+            yield from re.split(r"\r?\n(?:[ \t]*\r?\n)+", f.read())
+        else:
+            lines = f.readlines()
+            for start in range(0, len(lines), rule[1]):
+                yield "".join(lines[start:start + rule[1]])
 
 
-def read_documents(paths: List[str], json_key: str) -> Iterator[str]:
+def read_documents(paths: List[str], json_key: str, rule: tuple = ("file", 0)) -> Iterator[str]:
     """Every non-blank document of the inputs, in order."""
     for path in paths:
-        reader = read_jsonl(path, json_key) if path.lower().endswith(".jsonl") else read_text(path)
+        reader = read_jsonl(path, json_key) if path.lower().endswith(".jsonl") \
+            else read_text(path, rule)
         try:
             for text in reader:
                 if text.strip():
@@ -155,9 +179,9 @@ def read_documents(paths: List[str], json_key: str) -> Iterator[str]:
                                "file") from None
 
 
-def count_documents(paths: List[str], json_key: str) -> int:
+def count_documents(paths: List[str], json_key: str, rule: tuple = ("file", 0)) -> int:
     """The number of documents, reading (and so checking) every input; none is an error."""
-    count = sum(1 for _ in read_documents(paths, json_key))
+    count = sum(1 for _ in read_documents(paths, json_key, rule))
     if count == 0:
         shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
         raise PrepareError(f"no documents in {shown}: every input is empty or blank; give files "
@@ -270,7 +294,7 @@ def write_documents(builder, documents: Iterator[str], tokenizer, append_eod: bo
 
 
 def write_dataset(prefix: str, paths: List[str], json_key: str, tokenizer, append_eod: bool,
-                  total: int) -> Tuple[int, int]:
+                  total: int, rule: tuple = ("file", 0)) -> Tuple[int, int]:
     """Writes PREFIX.bin and PREFIX.idx with megatron-core's builder, under temporary names
     renamed at the end; returns (documents, tokens)."""
     dtype_enum, builder_class = import_writer()
@@ -280,8 +304,8 @@ def write_dataset(prefix: str, paths: List[str], json_key: str, tokenizer, appen
     builder = None
     try:
         builder = builder_class(tmp_bin, dtype=dtype)
-        counts = write_documents(builder, read_documents(paths, json_key), tokenizer, append_eod,
-                                 dtype, progress)
+        counts = write_documents(builder, read_documents(paths, json_key, rule), tokenizer,
+                                 append_eod, dtype, progress)
         if counts[0] == 0:
             raise PrepareError(f"no document of {', '.join(paths[:3])} has a token; use "
                                "--append-eod or another tokenizer")
@@ -303,14 +327,15 @@ def write_dataset(prefix: str, paths: List[str], json_key: str, tokenizer, appen
 
 
 def prepare(paths: List[str], prefix: str, tokenizer, json_key: str = "text",
-            append_eod: bool = True) -> dict:
+            append_eod: bool = True, rule: tuple = ("file", 0)) -> dict:
     """Checks the inputs and the output, writes PREFIX.bin/.idx/.json with `tokenizer` (from
     `load_tokenizer`); returns the metadata. Bad input raises PrepareError (one line) before
     anything is written."""
     check_output(prefix)
     check_inputs(paths)
-    total = count_documents(paths, json_key)
-    num_documents, num_tokens = write_dataset(prefix, paths, json_key, tokenizer, append_eod, total)
+    total = count_documents(paths, json_key, rule)
+    num_documents, num_tokens = write_dataset(prefix, paths, json_key, tokenizer, append_eod,
+                                              total, rule)
     metadata = {"tokenizer": tokenizer.name, "vocab_size": tokenizer.vocab_size,
                 "eod": tokenizer.eod, "pad": tokenizer.pad, "documents": num_documents,
                 "tokens": num_tokens, "append_eod": append_eod}
@@ -335,7 +360,8 @@ def main(argv=None) -> None:
     try:
         tokenizer = load_tokenizer(args.tokenizer)  # a wrong NAME fails before a corpus is written
         inputs = [write_corpus(args.output)] if args.stdlib_corpus else args.inputs
-        meta = prepare(inputs, args.output, tokenizer, args.json_key, args.append_eod)
+        meta = prepare(inputs, args.output, tokenizer, args.json_key, args.append_eod,
+                       args.split_on)
     except (PrepareError, TokenizerError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -343,7 +369,8 @@ def main(argv=None) -> None:
         print(f"error: writing {args.output}.bin/.idx failed ({err}); free space or give --output "
               "another directory", file=sys.stderr)
         sys.exit(1)
-    print(f"[prepare] {meta['documents']} documents, {meta['tokens']} tokens -> "
+    docs = meta['documents']
+    print(f"[prepare] {docs} document{'s' if docs != 1 else ''}, {meta['tokens']} tokens -> "
           f"{args.output}.bin/.idx (tokenizer {meta['tokenizer']}, vocab {meta['vocab_size']})")
 
 

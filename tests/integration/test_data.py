@@ -100,3 +100,48 @@ def test_bad_data_is_refused_naming_the_file(corpus, tmp_path, how, overrides, e
     assert len(lines) == 1 and named in lines[0] and expected in lines[0], lines
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (run_dir / "summary.json").exists()
+
+
+@pytest.fixture(scope="module")
+def one_text(tmp_path_factory):
+    """A long text file, as people have one: argparse.py from the standard library."""
+    import sysconfig
+
+    folder = tmp_path_factory.mktemp("text")
+    shutil.copy(Path(sysconfig.get_paths()["stdlib"]) / "argparse.py", folder / "big.txt")
+    return folder / "big.txt"
+
+
+def test_one_document_with_the_default_split_is_refused_at_once(one_text, tmp_path):
+    prefix = tmp_path / "one"
+    prepared = run(BIN / "launch-prepare", one_text, "--output", prefix, "--tokenizer", "byte")
+    assert prepared.returncode == 0 and "[prepare] 1 document," in prepared.stdout
+    run_dir = tmp_path / "run"
+    proc = run(BIN / "launch", "+recipe=gpt", "model=tiny", "data=indexed", f"data.path={prefix}",
+               f"hydra.run.dir={run_dir}", timeout=30)  # megatron-core would loop for ever
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: data.split=98,2,0 leaves {prefix} (1 document) no validation document; cut its "
+        "text into more documents (launch-prepare --split-on blank, or lines:N) or set data.split "
+        "so that training and validation each get one"]
+    assert not (run_dir / "summary.json").exists()
+
+
+def test_the_text_cut_into_documents_trains_the_gpt_recipe_with_its_vocabulary(one_text,
+                                                                              tmp_path):
+    from conftest import GPT_TINY
+
+    prefix = tmp_path / "cut"
+    prepared = run(BIN / "launch-prepare", one_text, "--output", prefix, "--tokenizer", "byte",
+                   "--split-on", "blank")
+    assert prepared.returncode == 0, prepared.stderr
+    documents = json.loads(Path(f"{prefix}.json").read_text())["documents"]
+    assert documents > 100 and f"[prepare] {documents} documents," in prepared.stdout
+    run_dir = tmp_path / "run"
+    proc = run(BIN / "launch", *GPT_TINY, "data=indexed", f"data.path={prefix}",
+               "train.eval_interval=5", "train.eval_iters=1", "logging.wandb.mode=disabled",
+               f"hydra.run.dir={run_dir}")  # no model.vocab_size: PREFIX.json's
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["config"]["model"]["vocab_size"] == 258
+    assert summary["metrics"]["final_valid_loss"] is not None

@@ -129,3 +129,28 @@ def test_a_sweep_cell_needs_a_steady_state_step():
 
 def test_a_run_shorter_than_its_lr_warmup_is_valid():
     assert make("+recipe=gpt", "train.steps=5").train.lr_warmup_steps == 10
+
+
+def test_documents_per_split_is_megatron_s_rounding():
+    from launcher.data.check import documents_per_split
+
+    assert documents_per_split("98,2,0", 1) == [1, 0, 0]
+    assert documents_per_split("98,2,0", 100) == [98, 2, 0]
+    assert documents_per_split("98,2,0", 427) == [418, 9, 0]
+    assert documents_per_split("1,1,1", 2) == [1, 0, 1]
+
+
+@pytest.mark.parametrize("split", ["98,0,2", "0,1,0"])
+def test_a_split_without_training_or_validation_weight_is_refused(split):
+    with pytest.raises(ConfigError, match=rf"data.split={split} gives the training or the "
+                                          r"validation split no weight"):
+        make(f"data.split='{split}'")
+
+
+def test_vocab_size_is_null_by_default_with_a_mock_vocabulary():
+    cfg = make("+recipe=gpt")
+    assert cfg.model.vocab_size is None and cfg.model.mock_vocab_size == 50257
+    from launcher.cli import with_vocab
+
+    assert with_vocab(cfg).model.vocab_size == 50257
+    assert with_vocab(make("model.vocab_size=300")).model.vocab_size == 300

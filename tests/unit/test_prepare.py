@@ -227,3 +227,27 @@ def test_stdlib_corpus_is_deterministic_and_prepares(tmp_path, capsys):
     assert len(stored) == count
     assert bytes(stored[-1][:-1]).decode() == docs[-1]
     assert f"{count} documents" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("rule,expected", [
+    ("file", ["one\ntwo\n\nthree\n\n \nfour\nfive\n"]),
+    ("blank", ["one\ntwo", "three", "four\nfive\n"]),
+    ("lines:2", ["one\ntwo\n", "\nthree\n", "\n \n", "four\nfive\n"]),
+])
+def test_split_on_cuts_a_text_file_into_documents(tmp_path, capsys, rule, expected):
+    text = tmp_path / "notes.txt"
+    text.write_text("one\ntwo\n\nthree\n\n \nfour\nfive\n")
+    prefix = tmp_path / "out"
+    main([str(text), "--output", str(prefix), "--tokenizer", "byte", "--split-on", rule])
+    kept = [d for d in expected if d.strip()]  # a blank run of lines is no document
+    check_round_trip(prefix, ByteTokenizer(), kept)
+    count = len(kept)
+    assert f"[prepare] {count} document{'s' if count != 1 else ''}," in capsys.readouterr().out
+
+
+def test_split_on_a_bad_rule_is_one_line_and_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / "x.txt"), "--output", str(tmp_path / "o"), "--tokenizer", "byte",
+              "--split-on", "lines:0"])
+    assert exit_.value.code == 2
+    assert "'lines:0' is not file, blank or lines:N" in capsys.readouterr().err
