@@ -60,7 +60,7 @@ def test_readme_command(home, command):
     args = command.split()
     if not runs_on_a_cpu(command):
         args.append("runtime.dry_run=true")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "PYTHONPATH"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env["HOME"] = str(home / "home")
     proc = subprocess.run(args, cwd=home, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{' '.join(args)}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
