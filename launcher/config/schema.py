@@ -9,7 +9,7 @@ rules that need the world size live in `check_world_size`, called where the worl
 import dataclasses
 from dataclasses import dataclass, field
 
-from launcher.config.choices import CudaGraphImpl
+from launcher.config.choices import CudaGraphImpl, DataKind
 from launcher.config.sections import (
     ConfigError, CudaGraphConfig, DataConfig, FsdpConfig, LoggingConfig, ModelConfig,
     ParallelConfig, RuntimeConfig, SweepConfig, TrainConfig,
@@ -45,6 +45,12 @@ class Config:
                 f"host per bucket) with cuda_graph.impl={self.cuda_graph.impl.value}; set "
                 "train.check_nan_in_grad=false (the loss is still checked every step)"
             )
+        indexed = self.data.kind == DataKind.indexed
+        if indexed and self.train.eval_interval and not self.data.split_weights()[1]:
+            raise ConfigError(
+                f"train.eval_interval={self.train.eval_interval} reads the validation split, "
+                f"which data.split={self.data.split} gives no weight; set data.split like 98,2,0, "
+                "or train.eval_interval=0")
         if self.train.inject_nan_at_step is not None and self.cuda_graph.enabled:
             raise ConfigError(
                 f"train.inject_nan_at_step={self.train.inject_nan_at_step} cannot poison a "

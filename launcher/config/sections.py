@@ -307,11 +307,12 @@ class DataConfig:
         if not re.fullmatch(r"\d+(\.\d*)?,\d+(\.\d*)?,\d+(\.\d*)?", self.split):
             raise ConfigError(f"data.split={self.split} is not three comma-separated weights; "
                               "set it like data.split=98,2,0")
-        train, valid, _ = (float(w) for w in self.split.split(","))
-        if not train or not valid:
-            raise ConfigError(f"data.split={self.split} gives the training or the validation "
-                              "split no weight, and a run reads both; set it like "
-                              "data.split=98,2,0")
+        if not self.split_weights()[0]:
+            raise ConfigError(f"data.split={self.split} gives the training split no weight; "
+                              "set it like data.split=98,2,0")
+
+    def split_weights(self) -> List[float]:
+        return [float(w) for w in self.split.split(",")]
 
     def blend(self) -> tuple:
         """(prefixes, weights or None), as megatron-core's blend takes them."""

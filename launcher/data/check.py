@@ -34,11 +34,12 @@ def documents_per_split(split: str, documents: int) -> list:
 
 
 def check_split(prefix: str, split: str, documents: int) -> None:
-    """A split the run reads (training, validation) with no document would never fill its
-    sample index: megatron-core loops on it for ever."""
+    """A split the run reads (training, and validation unless its weight is 0) with no document
+    would never fill its sample index: megatron-core loops on it for ever."""
     counts = documents_per_split(split, documents)
-    for name, count in zip(SPLITS[:2], counts):
-        if count == 0:
+    weights = [float(w) for w in split.split(",")]
+    for name, count, weight in zip(SPLITS[:2], counts, weights):
+        if weight and count == 0:  # a split of weight 0 megatron-core does not build at all
             raise ConfigError(
                 f"data.split={split} leaves {prefix} ({documents} document"
                 f"{'s' if documents != 1 else ''}) no {name} document; cut its text into more "

@@ -140,11 +140,16 @@ def test_documents_per_split_is_megatron_s_rounding():
     assert documents_per_split("1,1,1", 2) == [1, 0, 1]
 
 
-@pytest.mark.parametrize("split", ["98,0,2", "0,1,0"])
-def test_a_split_without_training_or_validation_weight_is_refused(split):
-    with pytest.raises(ConfigError, match=rf"data.split={split} gives the training or the "
-                                          r"validation split no weight"):
-        make(f"data.split='{split}'")
+def test_a_split_without_training_weight_is_refused():
+    with pytest.raises(ConfigError, match=r"data.split=0,1,0 gives the training split no weight"):
+        make("data.split='0,1,0'")
+
+
+def test_validation_of_a_split_without_validation_weight_is_refused():
+    make("data=indexed", "data.path=x", "data.split='100,0,0'")  # valid without validation
+    with pytest.raises(ConfigError, match=r"train.eval_interval=5 reads the validation split, "
+                                          r"which data.split=100,0,0 gives no weight"):
+        make("data=indexed", "data.path=x", "data.split='100,0,0'", "train.eval_interval=5")
 
 
 def test_vocab_size_is_null_by_default_with_a_mock_vocabulary():
