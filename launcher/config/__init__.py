@@ -1,7 +1,9 @@
 """Stage 1, config: what a run or a sweep is, before anything starts.
 
-Owns the typed schema (`sections.py`: one dataclass per config group; `schema.py`: the root
-`Config`, the rules across sections and those that need the world size), the enums of its
+Owns the typed schema (one dataclass per config group: `model.py` for what is built, model,
+parallel, fsdp and cuda_graph; `sections.py` for how it runs, train, data, logging, runtime and
+sweep; `schema.py`: the root `Config`, the rules across sections and those that need the world
+size; `error.py`: ConfigError), the enums of its
 vocabulary (`choices.py`), and the one-line explanation of Hydra's composition errors
 (`explain.py`). It may import the standard library, omegaconf and hydra, and nothing else: no
 torch, no megatron, nothing from launcher's other stages. Every other stage imports it.
@@ -16,7 +18,11 @@ from launcher.config.schema import (  # noqa: F401
     LAUNCH_WORLD, Config, check_steady_state, check_world_size, no_steady_state, to_config,
     unknown_keys,
 )
+from launcher.config.error import ConfigError  # noqa: F401
+from launcher.config.model import (  # noqa: F401
+    CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig,
+)
 from launcher.config.sections import (  # noqa: F401
-    CheckpointConfig, ConfigError, CudaGraphConfig, DataConfig, FsdpConfig, LoggingConfig,
-    ModelConfig, ParallelConfig, RuntimeConfig, SweepConfig, TrainConfig, WandbConfig,
+    CheckpointConfig, DataConfig, LoggingConfig, RuntimeConfig, SweepConfig, TrainConfig,
+    WandbConfig,
 )

@@ -10,9 +10,10 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from launcher.config.choices import CudaGraphImpl, DataKind
+from launcher.config.error import ConfigError
+from launcher.config.model import CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig
 from launcher.config.sections import (
-    ConfigError, CudaGraphConfig, DataConfig, FsdpConfig, LoggingConfig, ModelConfig,
-    ParallelConfig, RuntimeConfig, SweepConfig, TrainConfig,
+    DataConfig, LoggingConfig, RuntimeConfig, SweepConfig, TrainConfig,
 )
 
 

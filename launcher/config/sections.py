@@ -1,204 +1,17 @@
-"""The schema's sections: one dataclass per config group, mirrored by conf/<group>/*.yaml.
-
-Each section's own rules live in its `__post_init__`; every rule raises `ConfigError` whose
-message names the dotted key, the bad value and the fix. No rule ever rewrites a setting. The root
-that holds them, and the rules across sections, are in launcher/config/schema.py.
+"""The schema's sections for how it runs: training (train, with its checkpoints), data, logging
+(with wandb), runtime and sweep, one dataclass per config group, mirrored by
+launcher/conf/<group>/*.yaml. Each section's own rules live in its `__post_init__`; no rule ever
+rewrites a setting. What is built is in model.py; the root and the rules across sections are in
+schema.py.
 """
 
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
-    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LayerSpec,
-    LrSchedule,
-    Normalization, Precision, ShardingStrategy, WandbMode,
-)
+from launcher.config.choices import DataKind, Device, LrSchedule, Precision, WandbMode
 
-
-class ConfigError(ValueError):
-    """A setting that cannot run; the message is one line: key, value, fix."""
-
-
-def _positive(key: str, value: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{key}={value} must be at least 1; set {key} to a positive integer")
-
-
-@dataclass
-class ModelConfig:
-    """The GPT architecture (megatron-core TransformerConfig + GPTModel)."""
-
-    num_layers: int = 2
-    """Transformer layers."""
-    hidden_size: int = 64
-    """Model width."""
-    num_attention_heads: int = 4
-    """Attention heads."""
-    num_query_groups: Optional[int] = None
-    """Key/value heads for grouped-query attention; null means one per head."""
-    ffn_hidden_size: Optional[int] = None
-    """MLP width; null means 4 x hidden_size."""
-    seq_length: int = 32
-    """Tokens per sample."""
-    vocab_size: Optional[int] = None
-    """Vocabulary size (padded up to a multiple of 128 x tensor-parallel size, as Megatron-LM
-    does); null: the tokenizer's vocabulary from PREFIX.json with data=indexed, and
-    model.mock_vocab_size with mock data."""
-    mock_vocab_size: int = 128
-    """The vocabulary of mock data when model.vocab_size is null."""
-    activation: Activation = Activation.gelu
-    """MLP activation: gelu, or swiglu (gated linear unit with SiLU)."""
-    normalization: Normalization = Normalization.LayerNorm
-    """LayerNorm or RMSNorm."""
-    layer_spec: LayerSpec = LayerSpec.auto
-    """megatron-core's layer spec: transformer_engine (its TE modules), local (torch modules, what
-    builds without Transformer Engine), or auto: transformer_engine where Transformer Engine is
-    installed, else local (as Megatron-LM's --transformer-impl defaults to TE)."""
-
-    def __post_init__(self):
-        for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
-                    "mock_vocab_size"):
-            _positive(f"model.{key}", getattr(self, key))
-        if self.vocab_size is not None:
-            _positive("model.vocab_size", self.vocab_size)
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"model.hidden_size={self.hidden_size} is not divisible by "
-                f"model.num_attention_heads={self.num_attention_heads}; "
-                "pick sizes where heads divide hidden_size"
-            )
-        groups = self.num_query_groups
-        if groups is not None and (groups < 1 or self.num_attention_heads % groups):
-            raise ConfigError(
-                f"model.num_query_groups={groups} must divide "
-                f"model.num_attention_heads={self.num_attention_heads}; set a divisor or null"
-            )
-
-    @property
-    def query_groups(self) -> int:
-        return self.num_query_groups or self.num_attention_heads
-
-    @property
-    def ffn_size(self) -> int:
-        return self.ffn_hidden_size or 4 * self.hidden_size
-
-    def padded_vocab_size(self, tensor_parallel_size: int) -> int:
-        if self.vocab_size is None:
-            raise ValueError("model.vocab_size is resolved (launch: with_vocab) before it is used")
-        multiple = 128 * tensor_parallel_size
-        return -(-self.vocab_size // multiple) * multiple
-
-
-@dataclass
-class ParallelConfig:
-    """Model-parallel sizes; data-parallel size is derived: world / (tp x pp x cp)."""
-
-    tensor_model_parallel_size: int = 1
-    """Tensor-parallel size."""
-    pipeline_model_parallel_size: int = 1
-    """Pipeline-parallel size."""
-    context_parallel_size: int = 1
-    """Context-parallel size."""
-
-    def __post_init__(self):
-        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                    "context_parallel_size"):
-            _positive(f"parallel.{key}", getattr(self, key))
-        pp = self.pipeline_model_parallel_size
-        if pp > 1:
-            raise ConfigError(
-                f"parallel.pipeline_model_parallel_size={pp} cannot run with Megatron-FSDP: "
-                "megatron-core 0.19.2 builds its device mesh from data x tensor parallel ranks "
-                "only (mcore_fsdp_adapter.py), so pipeline stages cannot be sharded; set "
-                "parallel.pipeline_model_parallel_size=1 and use data or tensor parallelism")
-
-    @property
-    def model_parallel_size(self) -> int:
-        return (self.tensor_model_parallel_size * self.pipeline_model_parallel_size
-                * self.context_parallel_size)
-
-
-@dataclass
-class FsdpConfig:
-    """Megatron-FSDP (megatron-core DistributedDataParallelConfig with use_megatron_fsdp=True)."""
-
-    sharding_strategy: ShardingStrategy = ShardingStrategy.optim_grads_params
-    """What is sharded across data-parallel ranks: no_shard | optim | optim_grads | optim_grads_params."""
-    prefetch_first_param_group: bool = True
-    """All-gather the first parameter group in start_param_sync, before the forward loop
-    (megatron-core fsdp_all_gather_in_start_param_sync)."""
-    overlap_grad_reduce: bool = True
-    """Overlap gradient reduce-scatter with backward."""
-    overlap_param_gather: bool = True
-    """Overlap parameter all-gather with forward."""
-    double_buffer: bool = False
-    """Megatron-FSDP double buffering of gathered parameters (fsdp_double_buffer)."""
-    grad_comm_dtype: GradCommDtype = GradCommDtype.fp32
-    """Dtype of gradient communication (megatron_fsdp_grad_comm_dtype)."""
-
-    def __post_init__(self):
-        strategy = ShardingStrategy(self.sharding_strategy)
-        # Megatron-FSDP forces these on for the sharded strategies; refuse instead of rewriting.
-        if strategy == ShardingStrategy.optim_grads_params and not self.overlap_param_gather:
-            raise ConfigError(
-                "fsdp.overlap_param_gather=false is not possible with "
-                "fsdp.sharding_strategy=optim_grads_params (Megatron-FSDP forces it on); "
-                "set fsdp.overlap_param_gather=true"
-            )
-        sharded_grads = (ShardingStrategy.optim_grads, ShardingStrategy.optim_grads_params)
-        if strategy in sharded_grads and not self.overlap_grad_reduce:
-            raise ConfigError(
-                f"fsdp.overlap_grad_reduce=false is not possible with "
-                f"fsdp.sharding_strategy={strategy.value} (Megatron-FSDP forces it on); "
-                "set fsdp.overlap_grad_reduce=true"
-            )
-        if self.prefetch_first_param_group and strategy == ShardingStrategy.no_shard:
-            raise ConfigError(
-                "fsdp.prefetch_first_param_group=true has no effect with "
-                "fsdp.sharding_strategy=no_shard (nothing is gathered); "
-                "set fsdp.prefetch_first_param_group=false"
-            )
-        if self.prefetch_first_param_group and not self.overlap_param_gather:
-            raise ConfigError(
-                "fsdp.prefetch_first_param_group=true has no effect with "
-                "fsdp.overlap_param_gather=false; set fsdp.prefetch_first_param_group=false "
-                "or fsdp.overlap_param_gather=true"
-            )
-
-
-@dataclass
-class CudaGraphConfig:
-    """CUDA graphs (megatron-core TransformerConfig cuda_graph_*)."""
-
-    impl: CudaGraphImpl = CudaGraphImpl.none
-    """none | local | transformer_engine | full_iteration (cuda_graph_impl)."""
-    modules: List[CudaGraphModule] = field(default_factory=list)
-    """Per-layer graph scope (cuda_graph_modules); empty means the whole layer."""
-    warmup_steps: int = 3
-    """Eager steps before capture (cuda_graph_warmup_steps)."""
-
-    def __post_init__(self):
-        impl = CudaGraphImpl(self.impl)
-        if self.warmup_steps < 0:
-            raise ConfigError(
-                f"cuda_graph.warmup_steps={self.warmup_steps} must be >= 0; set 0 or more"
-            )
-        if impl == CudaGraphImpl.full_iteration and self.modules:
-            names = ",".join(CudaGraphModule(m).value for m in self.modules)
-            raise ConfigError(
-                f"cuda_graph.modules=[{names}] must be empty with cuda_graph.impl=full_iteration "
-                "(it captures the whole iteration); set cuda_graph.modules=[]"
-            )
-        if impl in (CudaGraphImpl.local, CudaGraphImpl.transformer_engine):
-            raise ConfigError(
-                f"cuda_graph.impl={impl.value} (per-layer graphs) is not supported with "
-                "Megatron-FSDP in megatron-core yet; set cuda_graph.impl=full_iteration or none"
-            )
-
-    @property
-    def enabled(self) -> bool:
-        return CudaGraphImpl(self.impl) != CudaGraphImpl.none
+from launcher.config.error import ConfigError, positive
 
 
 @dataclass
@@ -262,7 +75,7 @@ class TrainConfig:
 
     def __post_init__(self):
         for key in ("steps", "micro_batch_size", "global_batch_size"):
-            _positive(f"train.{key}", getattr(self, key))
+            positive(f"train.{key}", getattr(self, key))
         if self.global_batch_size % self.micro_batch_size:
             raise ConfigError(
                 f"train.global_batch_size={self.global_batch_size} is not divisible by "
@@ -277,7 +90,7 @@ class TrainConfig:
         if self.eval_interval < 0:
             raise ConfigError(f"train.eval_interval={self.eval_interval} must be >= 0; set 0 "
                               "(no validation) or a number of steps")
-        _positive("train.eval_iters", self.eval_iters)
+        positive("train.eval_iters", self.eval_iters)
         if self.lr_warmup_steps < 0:
             raise ConfigError(f"train.lr_warmup_steps={self.lr_warmup_steps} must be >= 0; set 0 "
                               "(no warmup) or a number of steps")
@@ -361,7 +174,7 @@ class LoggingConfig:
     """Weights & Biases settings."""
 
     def __post_init__(self):
-        _positive("logging.interval", self.interval)
+        positive("logging.interval", self.interval)
 
 
 @dataclass
@@ -385,10 +198,10 @@ class RuntimeConfig:
     needed when runtime.nnodes > 1. null on one node: a free port on 127.0.0.1."""
 
     def __post_init__(self):
-        _positive("runtime.timeout_s", self.timeout_s)
+        positive("runtime.timeout_s", self.timeout_s)
         for key in ("nproc_per_node", "nnodes"):
             if getattr(self, key) is not None:
-                _positive(f"runtime.{key}", getattr(self, key))
+                positive(f"runtime.{key}", getattr(self, key))
         if self.rdzv_endpoint is not None and not re.fullmatch(r"[^:\s]+:\d{1,5}",
                                                                 self.rdzv_endpoint):
             raise ConfigError(f"runtime.rdzv_endpoint={self.rdzv_endpoint} is not HOST:PORT; "
@@ -420,7 +233,7 @@ class SweepConfig:
     has without the sweep, else the first valid cell."""
 
     def __post_init__(self):
-        _positive("sweep.repeats", self.repeats)
+        positive("sweep.repeats", self.repeats)
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
             raise ConfigError(
                 f"sweep.name={self.name} may hold only letters, digits, '_', '.' and '-' "
