@@ -47,8 +47,8 @@ def _main(composed: DictConfig) -> None:
         cfg = to_config(composed)
         if not ranks.external_starter():  # else the rank checks the world it was given
             check_world_size(cfg, cfg.runtime.world_size)
+        cfg = with_vocab(cfg)  # before anything compares the model section
         resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
-        cfg = with_vocab(cfg)
         if cfg.data.kind.value == "indexed":
             from launcher.data.check import check_data
 
