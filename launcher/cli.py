@@ -47,12 +47,12 @@ def _main(composed: DictConfig) -> None:
         cfg = to_config(composed)
         if not ranks.external_starter():  # else the rank checks the world it was given
             check_world_size(cfg, cfg.runtime.world_size)
-        cfg = with_vocab(cfg)  # before anything compares the model section
-        resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
         if cfg.data.kind.value == "indexed":
             from launcher.data.check import check_data
 
             check_data(cfg.data, cfg.model.vocab_size)
+        cfg = with_vocab(cfg)  # before anything compares the model section
+        resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
         check_support(cfg.model, cfg.parallel)
         environment = run_environment(cfg.cuda_graph, os.environ)
     except ConfigError as err:

@@ -10,6 +10,7 @@ import json
 import struct
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Optional
 
 import numpy as np
 
@@ -53,9 +54,9 @@ def data_vocab_size(data) -> int:
     return max(tokenizer_of(prefix).vocab_size for prefix in prefixes)
 
 
-def check_data(data, vocab_size: int) -> None:
+def check_data(data, vocab_size: Optional[int]) -> None:
     """Every prefix of data.path: present, consistent, non-empty, split so that each split the
-    run reads has a document, within the model's vocab."""
+    run reads has a document, within the model's vocab (null: its tokenizer's, PREFIX.json)."""
     prefixes, _ = data.blend()
     for prefix in prefixes:
         lengths, dtype, documents = read_index(prefix)
@@ -73,7 +74,7 @@ def check_data(data, vocab_size: int) -> None:
                               "non-empty input")
         check_split(prefix, data.split, documents)
         top = int(np.memmap(bin_path, dtype=dtype, mode="r").max())
-        if top >= vocab_size:
+        if top >= (vocab_size if vocab_size is not None else tokenizer_of(prefix).vocab_size):
             raise ConfigError(f"data.path: {bin_path} holds token id {top} but "
                               f"model.vocab_size={vocab_size}; set model.vocab_size to at least "
                               f"{tokenizer_of(prefix).vocab_size} (its tokenizer's vocabulary)")
