@@ -14,7 +14,8 @@ What it covers (see ../shared/FACTS.md):
   torch.cuda.is_available() stays False;
 - the CUDA default generator as a generator of its own (`_CudaGenerator`), with the graph-safe
   state API (`graphsafe_get_state`, `graphsafe_set_state`, `clone_state`) that CPU generators
-  lack, and `torch.cuda._lazy_call` running its callback at once (there is no CUDA to wait for):
+  lack, and megatron's own bindings of `torch.cuda._lazy_call` running their callback at once
+  (there is no CUDA to wait for; torch's own are left alone):
   megatron's RNG tracker, plain or graph-safe (`use_cudagraphable_rng`, what a CUDA-graph run
   seeds), saves, forks, restores and converts its states as on a GPU. Without it the tracker's
   state changes were queued for a CUDA initialisation that never comes (and the queue grew by two
@@ -181,8 +182,6 @@ _CUDA_STANDINS = {
     "set_rng_state": lambda state, device="cuda": _CUDA_GENERATOR.set_state(state),
     "manual_seed": lambda seed: _CUDA_GENERATOR.manual_seed(seed),
     "manual_seed_all": lambda seed: _CUDA_GENERATOR.manual_seed(seed),  # torch.manual_seed's
-    "_lazy_call": lambda callback, **kwargs: callback(),
-    "_lazy_init": lambda: None,
     "memory_allocated": lambda device=None: 0,
     "max_memory_allocated": lambda device=None: 0,
     "memory_reserved": lambda device=None: 0,
@@ -224,3 +223,17 @@ def activate() -> None:
     torch.Tensor.type = tensor_type
     _active = _CudaToCpu()
     _active.__enter__()
+    _apply_rng_calls_at_once()
+
+
+def _apply_rng_calls_at_once() -> None:
+    """megatron-core's RNG functions (its tracker's, and Megatron-FSDP's copy of them) defer
+    every state change through torch.cuda._lazy_call until CUDA initialises, which a CPU never
+    does, and call torch.cuda._lazy_init first. Their own bindings of those two names run the
+    change at once and skip the init; torch's are left as they are."""
+    from megatron.core.distributed.fsdp.src.megatron_fsdp import utils as fsdp_utils
+    from megatron.core.tensor_parallel import random as tracker
+
+    for module in (tracker, fsdp_utils):
+        module._lazy_call = lambda callback, **kwargs: callback()
+        module._lazy_init = lambda: None
