@@ -102,7 +102,8 @@ def stages_for(args, venv: Path, out: Path) -> List[Stage]:
                             ["torch"] if args.rehearse else ["venv"]))
     installed = [] if args.venv else ["install"]
     stages.append(Stage("imports", [py, "-c", PROBE], 60, installed))
-    stages.append(Stage("gpu_tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    # -s: the tier prints what it measures but does not assert (the first-group events' cost)
+    stages.append(Stage("gpu_tests", [py, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
                                       "tests/gpu"], args.tests_timeout, ["imports"]))
     sweep = out / "sweep"
     grid = (["+recipe=sweep_tiny_cpu", "train.steps=8", "cuda_graph.warmup_steps=1"]

@@ -54,7 +54,7 @@ def _main(composed: DictConfig) -> None:
         cfg = with_vocab(cfg)  # before anything compares the model section
         resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
         check_support(cfg.model, cfg.parallel)
-        environment = run_environment(cfg.cuda_graph, os.environ)
+        environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
     except ConfigError as err:
         return refuse(err, run_dir)
     if cfg.runtime.dry_run:

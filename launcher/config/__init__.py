@@ -10,7 +10,7 @@ torch, no megatron, nothing from launcher's other stages. Every other stage impo
 """
 
 from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
-    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, GradCommDtype, LayerSpec,
+    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, FsdpDtype, LayerSpec,
     LrSchedule,
     Normalization, Precision, ShardingStrategy, WandbMode,
 )

@@ -26,9 +26,12 @@ class ShardingStrategy(str, Enum):
     optim_grads_params = "optim_grads_params"
 
 
-class GradCommDtype(str, Enum):
+class FsdpDtype(str, Enum):
+    """A Megatron-FSDP buffer dtype; auto: megatron's own choice (None), as Megatron-LM's 'auto'."""
+
     fp32 = "fp32"
     bf16 = "bf16"
+    auto = "auto"
 
 
 class CudaGraphImpl(str, Enum):

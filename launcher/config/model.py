@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from launcher.config.choices import (
-    Activation, CudaGraphImpl, CudaGraphModule, GradCommDtype, LayerSpec, Normalization,
+    Activation, CudaGraphImpl, CudaGraphModule, FsdpDtype, LayerSpec, Normalization,
     ShardingStrategy,
 )
 
@@ -123,9 +123,30 @@ class FsdpConfig:
     overlap_param_gather: bool = True
     """Overlap parameter all-gather with forward."""
     double_buffer: bool = False
-    """Megatron-FSDP double buffering of gathered parameters (fsdp_double_buffer)."""
-    grad_comm_dtype: GradCommDtype = GradCommDtype.fp32
-    """Dtype of gradient communication (megatron_fsdp_grad_comm_dtype)."""
+    """Persistent double buffers for the gathered parameters of two FSDP units
+    (fsdp_double_buffer); needs optim_grads_params (other strategies gather no FSDP units)."""
+    bucket_size: Optional[int] = None
+    """Elements per bucket of the parameters outside the FSDP units (ddp bucket_size): decides
+    the first parameter group, whose bucket holds the embeddings (and output layer and final
+    norm); a transformer layer is always one group. null, as Megatron-LM's --ddp-bucket-size:
+    they stay one bucket."""
+    suggested_communication_unit_size: Optional[int] = None
+    """Elements M-FSDP communicates at once: an all-gather prefetches the next buckets until
+    half of this much is on its way, and the reduce-scatter queue holds this much. null, as
+    Megatron-LM: megatron's default, at least 1e9 elements (every bucket of most models is
+    prefetched with the first)."""
+    nccl_ub: bool = False
+    """NCCL user-buffer registration of the FSDP buffers (GPU only; needs fsdp.double_buffer=true,
+    which Megatron-LM turns on silently and the launcher asks for instead)."""
+    main_params_dtype: FsdpDtype = FsdpDtype.fp32
+    """Dtype of the main (optimizer) weights (megatron_fsdp_main_params_dtype); auto: the model's
+    own weights serve. fp32, as Megatron-LM."""
+    main_grads_dtype: FsdpDtype = FsdpDtype.auto
+    """Dtype of the main gradient buffer (megatron_fsdp_main_grads_dtype); auto: the model
+    parameters' dtype, as Megatron-LM."""
+    grad_comm_dtype: FsdpDtype = FsdpDtype.auto
+    """Dtype of the gradient reduce-scatter (megatron_fsdp_grad_comm_dtype); auto: the main
+    gradients' dtype, as Megatron-LM."""
 
     def __post_init__(self):
         strategy = ShardingStrategy(self.sharding_strategy)
@@ -155,6 +176,21 @@ class FsdpConfig:
                 "fsdp.overlap_param_gather=false; set fsdp.prefetch_first_param_group=false "
                 "or fsdp.overlap_param_gather=true"
             )
+        self._check_buffers(strategy)
+
+    def _check_buffers(self, strategy: ShardingStrategy) -> None:
+        for key in ("bucket_size", "suggested_communication_unit_size"):
+            if getattr(self, key) is not None:
+                positive(f"fsdp.{key}", getattr(self, key))
+        if self.double_buffer and strategy != ShardingStrategy.optim_grads_params:
+            raise ConfigError(
+                f"fsdp.double_buffer=true has no effect with fsdp.sharding_strategy="
+                f"{strategy.value} (only optim_grads_params gathers FSDP units into buffers); "
+                "set fsdp.double_buffer=false or fsdp.sharding_strategy=optim_grads_params")
+        if self.nccl_ub and not self.double_buffer:
+            raise ConfigError(
+                "fsdp.nccl_ub=true needs fsdp.double_buffer=true (Megatron-FSDP registers its "
+                "persistent double buffers with NCCL); set fsdp.double_buffer=true")
 
 
 @dataclass

@@ -9,7 +9,7 @@ rules that need the world size live in `check_world_size`, called where the worl
 import dataclasses
 from dataclasses import dataclass, field
 
-from launcher.config.choices import CudaGraphImpl, DataKind
+from launcher.config.choices import CudaGraphImpl, DataKind, FsdpDtype, Precision
 from launcher.config.error import ConfigError
 from launcher.config.model import CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig
 from launcher.config.sections import (
@@ -57,6 +57,7 @@ class Config:
                 f"train.inject_nan_at_step={self.train.inject_nan_at_step} cannot poison a "
                 f"replayed CUDA graph (cuda_graph.impl={self.cuda_graph.impl.value} runs no Python "
                 "inside the step); remove train.inject_nan_at_step or set cuda_graph.impl=none")
+        self._check_main_params()
         tp = self.parallel.tensor_model_parallel_size
         if self.model.num_attention_heads % tp:
             raise ConfigError(
@@ -64,6 +65,19 @@ class Config:
                 f"parallel.tensor_model_parallel_size={tp}; pick a tensor-parallel size that "
                 "divides the heads"
             )
+
+    def _check_main_params(self) -> None:
+        """bf16 main weights give the optimizer bf16 gradients, and megatron-core's gradient
+        clipping asserts fp32 ones (optimizer/clip_grads.py: clip_grad_by_total_norm_fp32)."""
+        dtype = FsdpDtype(self.fsdp.main_params_dtype)
+        if dtype == FsdpDtype.auto:
+            dtype = FsdpDtype(Precision(self.train.precision).value)
+        if dtype == FsdpDtype.bf16 and self.train.grad_clip > 0:
+            raise ConfigError(
+                f"fsdp.main_params_dtype={self.fsdp.main_params_dtype.value} keeps bf16 main "
+                f"weights (train.precision={self.train.precision.value}), and megatron-core's "
+                f"gradient clipping (train.grad_clip={self.train.grad_clip}) asserts fp32 "
+                "gradients; set fsdp.main_params_dtype=fp32, or train.grad_clip=0")
 
     @property
     def excluded_steps(self) -> int:

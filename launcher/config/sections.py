@@ -172,6 +172,10 @@ class LoggingConfig:
     prints its start and result lines; metrics.jsonl and wandb keep every step)."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """Weights & Biases settings."""
+    measure_first_group: bool = True
+    """Time the first parameter group's all-gather and the first forward's wait for it
+    (launcher.run.first_group: no host-device sync is added); false only counts the prefetches,
+    to check that the measuring costs nothing."""
 
     def __post_init__(self):
         positive("logging.interval", self.interval)

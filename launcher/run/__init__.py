@@ -4,7 +4,8 @@ Owns starting the ranks (`spawn.py`: torch's elastic launch, as torchrun does) a
 rank's place in the world whoever started it (`ranks.py`); the rank itself (`worker.py`): the CPU
 compatibility layer (`cpu_compat.py`), megatron-core's model, M-FSDP and optimizer (`build.py`),
 the training loop (`loop.py`) and its full-iteration CUDA graphs (`graphs.py`, megatron-core's
-FullCudaGraphWrapper), the switch's observable (`probe.py`), checkpoints
+FullCudaGraphWrapper), the first parameter group's all-gather counted and timed
+(`first_group.py`), checkpoints
 (`checkpoint.py`), throughput arithmetic (`metrics.py`), metrics.jsonl and wandb (`outputs.py`);
 the classes a failure falls into (`failures.py`); the environment a run needs, checked and set
 before any rank starts (`environment.py`), and what this installation can build (`support.py`:

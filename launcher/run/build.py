@@ -27,7 +27,7 @@ from launcher.config import (
 )
 from launcher.run.support import layer_spec
 
-_GRAD_COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_FSDP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "auto": None}
 
 
 def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph: CudaGraphConfig,
@@ -70,7 +70,12 @@ def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, check_nan_in_grad:
         overlap_grad_reduce=fsdp.overlap_grad_reduce,
         overlap_param_gather=fsdp.overlap_param_gather,
         fsdp_double_buffer=fsdp.double_buffer,
-        megatron_fsdp_grad_comm_dtype=_GRAD_COMM_DTYPES[fsdp.grad_comm_dtype.value],
+        bucket_size=fsdp.bucket_size,
+        suggested_communication_unit_size=fsdp.suggested_communication_unit_size,
+        nccl_ub=fsdp.nccl_ub,
+        megatron_fsdp_main_params_dtype=_FSDP_DTYPES[fsdp.main_params_dtype.value],
+        megatron_fsdp_main_grads_dtype=_FSDP_DTYPES[fsdp.main_grads_dtype.value],
+        megatron_fsdp_grad_comm_dtype=_FSDP_DTYPES[fsdp.grad_comm_dtype.value],
         megatron_fsdp_cuda_graph_mode=cuda_graph.enabled,
         # gloo has no PREMUL_SUM, so the fused divide-in-reduce is a NCCL-only option.
         gradient_reduce_div_fusion=not on_cpu,

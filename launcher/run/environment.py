@@ -23,10 +23,18 @@ GRAPH_DEFAULTS = {
 }
 
 
-def run_environment(cuda_graph: CudaGraphConfig, environ: Mapping[str, str]) -> dict:
+def run_environment(cuda_graph: CudaGraphConfig, environ: Mapping[str, str],
+                    nccl_ub: bool = False) -> dict:
     """The variables to add to `environ` for this run ({} when it needs none); raises ConfigError
     naming a variable the user set to a value the run cannot work with."""
     check_connections(environ.get("CUDA_DEVICE_MAX_CONNECTIONS"))
+    added = graph_environment(cuda_graph, environ)
+    if nccl_ub:
+        check_nccl_ub_alloc_conf({**environ, **added}.get("PYTORCH_CUDA_ALLOC_CONF"))
+    return added
+
+
+def graph_environment(cuda_graph: CudaGraphConfig, environ: Mapping[str, str]) -> dict:
     if not cuda_graph.enabled:
         return {}
     for name in ("NCCL_GRAPH_REGISTER", "TORCH_NCCL_AVOID_RECORD_STREAMS"):
@@ -50,6 +58,20 @@ def check_connections(value) -> None:
             "CUDA_DEVICE_MAX_CONNECTIONS=1 serialises Megatron-FSDP's communication with its "
             "compute (Megatron-LM refuses it with Megatron-FSDP); unset it or set it above 1, "
             "e.g. 32")
+
+
+def check_nccl_ub_alloc_conf(value) -> None:
+    """megatron-core (distributed_data_parallel_config.py) refuses NCCL user buffers with
+    expandable segments before torch 2.11 (the torch.cuda.MemPool API clashes with them)."""
+    from importlib.metadata import version
+
+    major_minor = tuple(int(p) for p in version("torch").split(".")[:2])
+    if value and "expandable_segments:True" in value.replace(" ", "").split(",") \
+            and major_minor < (2, 11):
+        raise ConfigError(
+            f"fsdp.nccl_ub=true cannot run with PYTORCH_CUDA_ALLOC_CONF={value} on torch "
+            f"{version('torch')} (megatron-core refuses expandable segments with NCCL user "
+            "buffers before torch 2.11); set fsdp.nccl_ub=false, or use torch 2.11 or newer")
 
 
 def check_alloc_conf(value) -> None:

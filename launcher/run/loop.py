@@ -87,18 +87,24 @@ def mean_loss(outputs) -> float:
 
 
 def train(model, optimizer, scheduler, data_iterator, steps: range, batch: Batch,
-          on_step: Callable, forward_backward=None, nan_at_step: Optional[int] = None):
+          on_step: Callable, forward_backward=None, nan_at_step: Optional[int] = None,
+          probe=None):
     """Runs the optimizer steps in `steps`; calls on_step(step, loss, grad_norm, seconds, lr)
     after each. Peak-memory statistics restart after the first step, so they hold the steady state
-    (and a CUDA graph's pool), not start-up."""
+    (and a CUDA graph's pool), not start-up. `probe` (launcher.run.first_group) is told where each
+    step begins and where it has synchronised, so its events are read only after that."""
     forward_backward = forward_backward or get_forward_backward_func()
     for step in steps:
+        if probe:
+            probe.step_begins(step)
         start = time.perf_counter()
         loss, grad_norm, lr = train_step(model, optimizer, scheduler, forward_backward,
                                          data_iterator, batch, step, poison=step == nan_at_step)
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # so the step time covers the GPU work
         seconds = time.perf_counter() - start
+        if probe:
+            probe.step_ends()
         if step == steps.start and torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         on_step(step, loss, grad_norm, seconds, lr)

@@ -21,6 +21,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from launcher.run import ranks
 from launcher.config import Config, ConfigError, Device, check_world_size
 from launcher.run.failures import classify_failure, excerpt
+from launcher.run.support import check_device
 from launcher.files import write_json_atomic
 from launcher.run.worker import run_rank
 
@@ -47,7 +48,9 @@ def run(cfg: Config, resolved: dict, run_dir: str, resume_from: Optional[str] = 
     starter = ranks.external_starter()
     if starter:
         return run_this_rank(cfg, resolved, run_dir, starter, resume_from)
-    return launch_ranks(cfg, resolved, run_dir, resolve_device(cfg.runtime.device), resume_from)
+    device_type = resolve_device(cfg.runtime.device)
+    check_device(cfg.fsdp, device_type)
+    return launch_ranks(cfg, resolved, run_dir, device_type, resume_from)
 
 
 def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str,
@@ -83,6 +86,7 @@ def run_this_rank(cfg: Config, resolved: dict, run_dir: str, starter: str,
     ranks.check_runtime_matches(cfg.runtime, found)
     check_world_size(cfg, found.world_size, found.world_source)
     device_type = resolve_device(cfg.runtime.device)
+    check_device(cfg.fsdp, device_type)
     try:
         summary = run_rank(cfg, resolved, run_dir, device_type, resume_from)
     except Exception as err:  # noqa: BLE001  (classified, summarised, one line; not a traceback)

@@ -8,7 +8,7 @@ and no other attention of the GPT specs supports it in 0.19.2.
 
 import importlib.util
 
-from launcher.config import ConfigError, LayerSpec, ModelConfig, ParallelConfig
+from launcher.config import ConfigError, FsdpConfig, LayerSpec, ModelConfig, ParallelConfig
 
 
 def transformer_engine_installed() -> bool:
@@ -37,3 +37,18 @@ def check_support(model: ModelConfig, parallel: ParallelConfig) -> None:
             f"(TEDotProductAttention) and {why}; "
             + ("install Transformer Engine" if not te else "set model.layer_spec=auto")
             + " or set parallel.context_parallel_size=1")
+
+
+def check_device(fsdp: FsdpConfig, device_type: str) -> None:
+    """Raises ConfigError for what the run's device cannot do on a CPU: NCCL user buffers, and
+    the double buffers (Megatron-FSDP's pool allocates them on the CUDA device inside the
+    backward pass, where the CPU compatibility layer's device mapping does not reach)."""
+    if fsdp.double_buffer and device_type == "cpu" and not fsdp.nccl_ub:
+        raise ConfigError("fsdp.double_buffer=true allocates Megatron-FSDP's fixed buffer pool on "
+                          "a CUDA device (megatron_fsdp/utils.py GlobalMemoryBuffer), which a CPU "
+                          "run has not; set fsdp.double_buffer=false, or run on GPUs "
+                          "(runtime.device=cuda)")
+    if fsdp.nccl_ub and device_type == "cpu":
+        raise ConfigError("fsdp.nccl_ub=true registers Megatron-FSDP's buffers with NCCL, and a "
+                          "CPU run communicates through gloo; set fsdp.nccl_ub=false, or run on "
+                          "GPUs (runtime.device=cuda)")

@@ -56,12 +56,12 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
     from importlib.metadata import version
 
     from launcher.run import build, graphs, loop
-    from launcher.run.probe import PrefetchCounter
+    from launcher.run.first_group import FirstGroupProbe
 
     build.init_parallel(cfg.parallel, cfg.train.seed, cfg.runtime.timeout_s,
                         graph_safe_rng=cfg.cuda_graph.enabled)
     model, optimizer, scheduler = build_all(cfg, on_cpu)
-    counter = PrefetchCounter(model)
+    probe = FirstGroupProbe(model, timed=cfg.logging.measure_first_group)
     first_step = 1 + (load_checkpoint(resume_from, model, optimizer, scheduler, rank)
                       if resume_from else 0)
     data, valid_data, batch = data_for(cfg, model, first_step, run_dir)
@@ -75,7 +75,7 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
     saver = Saver(cfg, run_dir, model, optimizer, scheduler)
 
     def after_step(step, *measured):
-        writer.on_step(step, *measured)
+        writer.on_step(step, *measured, first_group=probe.samples.get(step))
         if cfg.train.eval_interval and (step % cfg.train.eval_interval == 0
                                         or step == cfg.train.steps):
             writer.on_eval(step, loop.evaluate(model, valid_data, batch, cfg.train.eval_iters,
@@ -84,15 +84,14 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
 
     try:
         loop.train(model, optimizer, scheduler, data, range(first_step, cfg.train.steps + 1),
-                   batch, after_step, forward_backward, cfg.train.inject_nan_at_step)
+                   batch, after_step, forward_backward, cfg.train.inject_nan_at_step, probe)
     finally:
         writer.close()
     # megatron.core.__version__ appends the git hash of the *current directory's* repository.
     mcore_version = version("megatron-core")
     if rank != 0:
         return {}
-    summary = writer.summary(counter.count, graphs.captured(), mcore_version,
-                             local_shard_numel(model))
+    summary = writer.summary(probe, graphs.captured(), mcore_version, local_shard_numel(model))
     return {**summary, "hosts": list(devices), "devices_by_host": devices, "env": env,
             "wrapper": type(model).__name__,
             "cuda_graph_wrapper": graphs.wrapper_name(cfg.cuda_graph),
@@ -224,7 +223,7 @@ class _Recorder:
                 cfg.logging.wandb, run_dir, resolved,
                 cfg.logging.wandb.name or os.path.basename(run_dir))
 
-    def on_step(self, step, loss, grad_norm, seconds, lr):
+    def on_step(self, step, loss, grad_norm, seconds, lr, first_group=None):
         self.steps.append({"step": step, "loss": loss, "step_time_s": seconds})
         if self.rank != 0 or step % self.cfg.logging.interval:
             return
@@ -233,12 +232,14 @@ class _Recorder:
         mfu = metrics.mfu(tflops * 1e12, self.peak)
         record = {"step": step, "loss": loss, "grad_norm": _float(grad_norm), "lr": lr,
                   "step_time_s": seconds, "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops,
-                  "mfu": mfu}
+                  "mfu": mfu, **first_group_record(first_group)}
         self.jsonl.write(record)
         self.logger.log({"train/loss": loss, "train/grad_norm": record["grad_norm"],
                          "train/lr": lr,
                          "perf/step_time_s": seconds, "perf/tokens_per_s_per_gpu": tps,
-                         "perf/tflops_per_gpu": tflops, "perf/mfu": mfu}, step=step)
+                         "perf/tflops_per_gpu": tflops, "perf/mfu": mfu,
+                         **{f"perf/{k}": v for k, v in first_group_record(first_group).items()}},
+                        step=step)
         if self.cfg.logging.print_steps is not False:
             print(f"step {step:>4}/{self.cfg.train.steps}  loss {loss:.4f}  "
                   f"step {seconds * 1e3:7.1f} ms  {tps:9.0f} tokens/s/GPU", flush=True)
@@ -256,7 +257,9 @@ class _Recorder:
         if self.jsonl:
             self.jsonl.close()
 
-    def summary(self, prefetches, captured, mcore_version, shard_numel):
+    def summary(self, probe, captured, mcore_version, shard_numel):
+        from launcher.run.first_group import summarise
+
         skip = self.first_step - 1 + self.cfg.excluded_steps  # a resumed run warms up again
         steady = [s for s in self.steps if s["step"] > skip]
         times = [s["step_time_s"] for s in steady]
@@ -266,7 +269,8 @@ class _Recorder:
             "final_loss": self.steps[-1]["loss"],
             "final_valid_loss": self.valid_losses[-1]["valid_loss"] if self.valid_losses
             else None,
-            "first_group_prefetches": prefetches,
+            "first_group_prefetches": probe.prefetches,
+            **summarise(probe, [s["step"] for s in steady], captured),
             "cuda_graph_captured": captured,
         }
         if self.logger:
@@ -314,6 +318,13 @@ def peak_memory(on_cpu: bool) -> dict:
                 "peak_rss_bytes": rss}
     return {"peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
             "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(), "peak_rss_bytes": rss}
+
+
+def first_group_record(sample) -> dict:
+    """A step's first-group timings (launcher.run.first_group), where the step has one."""
+    if sample is None or isinstance(sample, tuple):
+        return {}
+    return {"first_group_allgather_s": sample.allgather_s, "first_group_wait_s": sample.wait_s}
 
 
 def _float(value):

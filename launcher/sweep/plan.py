@@ -20,9 +20,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from launcher.run import ranks
 from launcher.run.environment import run_environment
-from launcher.run.support import check_support
+from launcher.run.support import check_device, check_support
 from launcher.config import (
-    Config, ConfigError, SweepConfig, check_steady_state, check_world_size, to_config,
+    Config, ConfigError, Device, SweepConfig, check_steady_state, check_world_size, to_config,
 )
 
 PLAN_FILE = "plan.json"
@@ -179,7 +179,9 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
         check_steady_state(cfg)
         check_cell_world(cfg, launcher)
         check_support(cfg.model, cfg.parallel)
-        run_environment(cfg.cuda_graph, os.environ)
+        if cfg.runtime.device == Device.cpu:  # auto: known where the job runs, checked there
+            check_device(cfg.fsdp, "cpu")
+        run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
     except ConfigError as err:
         return resolved, values, str(err)
     return resolved, values, ""

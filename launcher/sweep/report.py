@@ -3,7 +3,9 @@
 Written at the end of every sweep, and on demand by `launch-report SWEEP_DIR` (which also works on
 an interrupted sweep). The charts: tokens/s/GPU per cell with 95% intervals (grouped by the second
 swept key when there are two, as prefetch x CUDA-graph grids are), speedup against the baseline,
-step-time distributions and peak memory. Text stays text in the SVG, so the page is searchable.
+step-time distributions, peak memory, the first parameter group's all-gather per cell, and per
+pair of cells differing only in the switch, its predicted against its measured saving
+(launcher.sweep.switch). Text stays text in the SVG, so the page is searchable.
 """
 
 import html
@@ -39,7 +41,7 @@ def draw(results: Results):
     matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as <text>
     from matplotlib import pyplot as plt
 
-    figure, axes = plt.subplots(2, 2, figsize=(15, 10), constrained_layout=True)
+    figure, axes = plt.subplots(3, 2, figsize=(15, 15), constrained_layout=True)
     env = results.environment
     where = f"{env.get('device', '?')} x{env.get('world_size', '?')}" if env else "no run yet"
     figure.suptitle(f"Sweep {results.plan.name}: {where}, "
@@ -48,6 +50,8 @@ def draw(results: Results):
     draw_speedup(axes[0][1], results)
     draw_step_times(axes[1][0], results)
     draw_memory(axes[1][1], results)
+    draw_first_group(axes[2][0], results)
+    draw_savings(axes[2][1], results)
     return figure
 
 
@@ -179,6 +183,54 @@ def draw_memory(ax, results: Results) -> None:
     ax.legend(fontsize=8, loc="lower right")
     ax.invert_yaxis()  # top to bottom in table order
     ax.grid(axis="x", alpha=0.3)
+
+
+def draw_first_group(ax, results: Results) -> None:
+    """Per cell: the first group's all-gather (issue to completion) and the part of it the first
+    forward waited for."""
+    rows = [r for r in measured(results) if r.get("first_group_allgather_ms") is not None]
+    height = 0.4
+    for i, (key, name, color) in enumerate((("first_group_allgather_ms", "all-gather", "#9ecae1"),
+                                            ("first_group_wait_ms", "forward waited", OK_COLOR))):
+        ax.barh([y + (i - 0.5) * height for y in range(len(rows))], [r[key] for r in rows],
+                height=height, edgecolor="black", color=color, label=name)
+    ax.set_yticks(range(len(rows)), [f"{tick(r)}\n(issued in {r['first_group_issued_in']})"
+                                     for r in rows], fontsize=8)
+    ax.set_xlabel("ms per step (median over steady-state steps and repeats)")
+    ax.set_title("First parameter group's all-gather, and the forward's wait for it")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    if not rows:
+        ax.text(0.5, 0.5, "no cell measured the first group", transform=ax.transAxes,
+                ha="center")
+
+
+def draw_savings(ax, results: Results) -> None:
+    """Per pair differing only in the switch: the saving the first-group wait predicts beside
+    the step-time saving measured (95% CI)."""
+    rows = [r for r in results.rows if r.get("measured_saving_ms") is not None]
+    for y, row in enumerate(rows):
+        err = [[row["measured_saving_ms"] - row["measured_saving_ms_ci_low"]],
+               [row["measured_saving_ms_ci_high"] - row["measured_saving_ms"]]]
+        ax.errorbar(row["measured_saving_ms"], y, xerr=err, fmt="o", capsize=6, color=OK_COLOR,
+                    label="measured (step time)" if y == 0 else None)
+        if row.get("predicted_saving_ms") is not None:
+            ax.plot(row["predicted_saving_ms"], y, "D", color=BASE_COLOR,
+                    label="predicted (first-group wait)" if y == 0 else None)
+    ax.axvline(0.0, color="gray", linestyle="--")
+    ax.set_yticks(range(len(rows)), [f"{r['label']}\nvs {r['switch_partner']}" for r in rows],
+                  fontsize=8)
+    ax.set_ylim(-0.5, max(len(rows), 1) - 0.5)
+    ax.set_xlabel("saving of prefetching the first group (ms per step; > 0: prefetch faster)")
+    ax.set_title("Why the switch wins or loses: predicted vs measured")
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    if rows:
+        ax.legend(fontsize=8, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "no measured pair differs only in\nfsdp.prefetch_first_param_group",
+                transform=ax.transAxes, ha="center")
 
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}

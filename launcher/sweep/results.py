@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from launcher.sweep import stats
+from launcher.sweep.switch import add_explanations, first_group_metrics
 from launcher.files import write_text_atomic
 from launcher.sweep.plan import Cell, Plan, attempts, read_summary
 
@@ -23,8 +24,10 @@ COLUMNS = (
     "tokens_per_s_per_gpu_ci_low", "tokens_per_s_per_gpu_ci_high", "speedup", "speedup_ci_low",
     "speedup_ci_high", "within_noise", "tflops_per_gpu", "mfu", "step_time_ms_p50",
     "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib",
-    "cuda_graph_captured", "first_group_prefetches",
-    "final_loss", "reason", "log_excerpt", "run_dirs",
+    "cuda_graph_captured", "first_group_prefetches", "first_group_issued_in", "first_group_bytes",
+    "first_group_allgather_ms", "first_group_wait_ms", "first_group_wait_share",
+    "switch_partner", "predicted_saving_ms", "measured_saving_ms", "measured_saving_ms_ci_low",
+    "measured_saving_ms_ci_high", "final_loss", "reason", "log_excerpt", "run_dirs",
 )
 
 
@@ -71,7 +74,7 @@ def throughput_samples(summary: dict) -> np.ndarray:
 
 def collect(plan: Plan) -> Results:
     results = Results(plan, [])
-    samples = {}
+    samples, step_times = {}, {}
     for cell in plan.cells:
         row = {"cell": cell.id, "label": cell.label, **cell.values,
                "baseline": cell.id == plan.baseline, "reason": cell.reason}
@@ -91,10 +94,11 @@ def collect(plan: Plan) -> Results:
         if ok:
             samples[cell.id] = [throughput_samples(s) for s in ok]
             row.update(cell_metrics(ok, samples[cell.id]))
-            results.step_times_ms[cell.id] = [1e3 * t for s in ok
-                                              for t in s["steady_state_step_times_s"]]
+            step_times[cell.id] = [s["steady_state_step_times_s"] for s in ok]
+            results.step_times_ms[cell.id] = [1e3 * t for run in step_times[cell.id] for t in run]
             results.environment = results.environment or environment(ok[0])
     add_speedups(results.rows, samples, plan.baseline)
+    add_explanations(results.rows, plan.keys, step_times)
     return results
 
 
@@ -116,6 +120,7 @@ def cell_metrics(ok: List[dict], samples: List[np.ndarray]) -> dict:
         "cuda_graph_captured": all(s["metrics"]["cuda_graph_captured"] for s in ok),
         "cuda_graph_impl": first["config"]["cuda_graph"]["impl"],
         "first_group_prefetches": first["metrics"]["first_group_prefetches"],
+        **first_group_metrics(ok),
         "final_loss": float(np.median([s["metrics"]["final_loss"] for s in ok])),
     }
 
@@ -168,12 +173,18 @@ def write_tables(results: Results, folder: str) -> None:
 
 SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "tflops_per_gpu", "mfu",
          "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib",
-         "peak_rss_mib", "runs_ok", "reason")
+         "peak_rss_mib", "first_group_issued_in", "first_group_wait_ms", "first_group_wait_share",
+         "predicted_saving_ms", "measured_saving_ms", "runs_ok", "reason")
 HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
            "speedup": "speedup vs baseline [95% CI]", "tflops_per_gpu": "TFLOP/s/GPU",
            "step_time_ms_p50": "step p50 (ms)", "step_time_ms_p90": "step p90 (ms)",
            "peak_allocated_mib": "peak allocated (MiB)", "peak_reserved_mib": "peak reserved (MiB)",
-           "peak_rss_mib": "peak RSS (MiB)", "runs_ok": "runs ok"}
+           "peak_rss_mib": "peak RSS (MiB)", "runs_ok": "runs ok",
+           "first_group_issued_in": "first group issued in",
+           "first_group_wait_ms": "first-group wait (ms)",
+           "first_group_wait_share": "wait share of step",
+           "predicted_saving_ms": "predicted saving (ms/step)",
+           "measured_saving_ms": "measured saving (ms/step) [95% CI]"}
 
 
 def display(row: dict, key: str) -> str:
@@ -184,6 +195,9 @@ def display(row: dict, key: str) -> str:
         noise = ", within noise" if row["within_noise"] else ""
         return (f"{row['speedup']:.3f} [{row['speedup_ci_low']:.3f}, "
                 f"{row['speedup_ci_high']:.3f}]{noise}")
+    if key == "measured_saving_ms" and row.get("measured_saving_ms") is not None:
+        return (f"{row['measured_saving_ms']:.3g} [{row['measured_saving_ms_ci_low']:.3g}, "
+                f"{row['measured_saving_ms_ci_high']:.3g}] vs {row['switch_partner']}")
     if key == "status" and row.get("cuda_graph_impl", "none") != "none" \
             and row.get("cuda_graph_captured") is False:
         return f"{row['status']} (CUDA graph not captured: ran eagerly)"

@@ -55,3 +55,12 @@ def speedup_ci(cell: List[Sequence[float]], baseline: List[Sequence[float]],
     draws = bootstrap_medians(cell, rng) / bootstrap_medians(baseline, rng)
     low, high = interval(draws)
     return ratio, low, high, bool(low <= 1.0 <= high)
+
+
+def difference_ci(cell: List[Sequence[float]], other: List[Sequence[float]],
+                  seed: int = 0) -> Tuple[float, float, float]:
+    """(median of `cell` - median of `other`, interval low, high): a step-time saving."""
+    rng = np.random.default_rng(seed)
+    difference = float(np.median(pooled(cell)) - np.median(pooled(other)))
+    draws = bootstrap_medians(cell, rng) - bootstrap_medians(other, rng)
+    return (difference, *interval(draws))

@@ -46,6 +46,13 @@ CATALOGUE = [
     (["cuda_graph=full_iteration", "fsdp.prefetch_first_param_group=false",
       "train.check_nan_in_grad=true"], "set train.check_nan_in_grad=false"),
     (["cuda_graph.warmup_steps=-1"], "cuda_graph.warmup_steps=-1 must be >= 0"),
+    # Megatron-FSDP knobs megatron would assert on, or a CPU cannot run
+    (["fsdp.nccl_ub=true"], "set fsdp.double_buffer=true"),
+    (["+recipe=tiny_cpu", "fsdp.nccl_ub=true", "fsdp.double_buffer=true"],
+     "set fsdp.nccl_ub=false, or run on GPUs"),
+    (["+recipe=tiny_cpu", "fsdp.double_buffer=true"], "set fsdp.double_buffer=false, or run on"),
+    (["+recipe=gpt", "fsdp.main_params_dtype=bf16"], "or train.grad_clip=0"),
+    (["fsdp.grad_comm_dtype=fp16"], "set fsdp.grad_comm_dtype to one of those"),
     # impossible parallel sizes and batches
     (["runtime.nproc_per_node=3"], "set train.global_batch_size to a multiple of 6"),
     (["parallel.tensor_model_parallel_size=3"],

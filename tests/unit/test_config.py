@@ -46,6 +46,16 @@ def test_compose_rejects_bad_keys_types_and_enums(override):
 
 
 RULES = [
+    (["fsdp.nccl_ub=true"], r"fsdp.nccl_ub=true needs fsdp.double_buffer=true"),
+    (["fsdp.double_buffer=true", "fsdp.sharding_strategy=optim_grads",
+      "fsdp.prefetch_first_param_group=false"],
+     r"fsdp.double_buffer=true has no effect with fsdp.sharding_strategy=optim_grads"),
+    (["fsdp.bucket_size=0"], r"fsdp.bucket_size"),
+    (["fsdp.suggested_communication_unit_size=-1"], r"fsdp.suggested_communication_unit_size"),
+    (["+recipe=gpt", "fsdp.main_params_dtype=auto"],
+     r"fsdp.main_params_dtype=auto keeps bf16 main weights .*set fsdp.main_params_dtype=fp32, "
+     r"or train.grad_clip=0"),
+    (["fsdp.main_params_dtype=bf16"], r"fsdp.main_params_dtype=bf16 keeps bf16 main weights"),
     (["fsdp.prefetch_first_param_group=true", "cuda_graph=full_iteration"],
      r"fsdp.prefetch_first_param_group=true cannot be captured by cuda_graph.impl=full_iteration.*"
      r"set fsdp.prefetch_first_param_group=false"),
@@ -159,3 +169,8 @@ def test_vocab_size_is_null_by_default_with_a_mock_vocabulary():
 
     assert with_vocab(cfg).model.vocab_size == 50257
     assert with_vocab(make("model.vocab_size=300")).model.vocab_size == 300
+
+
+def test_bf16_main_weights_without_clipping_and_fp32_auto_are_accepted():
+    assert make("+recipe=gpt", "fsdp.main_params_dtype=auto", "train.grad_clip=0")
+    assert make("+recipe=tiny_cpu", "fsdp.main_params_dtype=auto")  # fp32 weights: fp32

@@ -7,7 +7,7 @@ from launcher.run import cpu_compat
 cpu_compat.activate()
 from launcher.run import build  # noqa: E402  (imports megatron after the CPU layer)
 from launcher.config import (  # noqa: E402
-    CudaGraphConfig, CudaGraphImpl, FsdpConfig, ModelConfig, ParallelConfig, Precision,
+    CudaGraphConfig, CudaGraphImpl, FsdpConfig, FsdpDtype, ModelConfig, ParallelConfig, Precision,
     TrainConfig,
 )
 
@@ -18,6 +18,23 @@ def test_prefetch_switch_maps_to_fsdp_all_gather_in_start_param_sync():
                                check_nan_in_grad=False, on_cpu=True)
         assert ddp.fsdp_all_gather_in_start_param_sync is value
         assert ddp.use_megatron_fsdp and ddp.data_parallel_sharding_strategy == "optim_grads_params"
+
+
+def test_first_group_knobs_map_onto_megatron_with_megatron_lms_defaults():
+    ddp = build.ddp_config(FsdpConfig(), CudaGraphConfig(), False, on_cpu=True)
+    assert ddp.bucket_size is None and ddp.suggested_communication_unit_size is None
+    assert ddp.nccl_ub is False and ddp.fsdp_double_buffer is False
+    # Megatron-LM: --megatron-fsdp-main-params-dtype fp32, main-grads and grad-comm 'auto' (None)
+    assert ddp.megatron_fsdp_main_params_dtype == torch.float32
+    assert ddp.megatron_fsdp_main_grads_dtype is None and ddp.megatron_fsdp_grad_comm_dtype is None
+    fsdp = FsdpConfig(bucket_size=8192, suggested_communication_unit_size=1000,
+                      main_params_dtype=FsdpDtype.auto, main_grads_dtype=FsdpDtype.fp32,
+                      grad_comm_dtype=FsdpDtype.bf16)
+    ddp = build.ddp_config(fsdp, CudaGraphConfig(), False, on_cpu=True)
+    assert ddp.bucket_size == 8192 and ddp.suggested_communication_unit_size == 1000
+    assert ddp.megatron_fsdp_main_params_dtype is None
+    assert ddp.megatron_fsdp_main_grads_dtype == torch.float32
+    assert ddp.megatron_fsdp_grad_comm_dtype == torch.bfloat16
 
 
 def test_graph_impl_sets_megatron_fsdp_cuda_graph_mode():

@@ -1,0 +1,251 @@
+"""The first parameter group's all-gather, measured: where it is issued, its size, how long it
+takes, and how much of it the first forward waits for.
+
+The switch (fsdp.prefetch_first_param_group) moves one collective: the all-gather of the bucket
+that holds the model's first parameter (Megatron-FSDP's start_param_sync gathers
+`list(module.parameters())[0]`'s bucket). With it on, the DistributedOptimizer's step issues it
+from start_param_sync; with it off, the first forward pre-hook issues it and waits at once. What
+the switch can save per step is bounded by that wait.
+
+Instruments the instance, never megatron's source, and adds no host-device synchronisation:
+- The DistributedOptimizer calls the *adapter's* `start_param_sync` attribute (a copy of the
+  engine's bound method taken at construction): wrapped, to know where an all-gather is issued.
+- The engine calls its pipeline's `all_gather_params` and `wait_bucket_ready` through attribute
+  look-ups on each call: wrapped, to see the first bucket go from EMPTY/PRESERVED to
+  COMMUNICATING (the issue) and the first wait on it after that (the forward's).
+Clocks: on a CPU the host clock, with the completion time taken by a callback on gloo's work
+future (no wait is added); on a GPU CUDA events: one on the compute stream at the issue, one on a
+side stream made to wait for the collective (a device-side wait), one on the compute stream where
+the forward waits; they are read after the step's own sync point (launcher.run.loop.train).
+Inside a CUDA-graph capture nothing is recorded, and a replay runs no Python, so a captured run
+has no timing samples (its summary says why).
+"""
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+START_PARAM_SYNC, FORWARD = "start_param_sync", "forward"
+
+
+@dataclass
+class _Issue:
+    where: str
+    nbytes: int
+    start: object  # the clock's mark at the issue
+    done: object  # the clock's completion handle
+    active: bool  # issued inside a training step
+
+
+@dataclass
+class Sample:
+    """One training step's first-group all-gather."""
+
+    issued_in: str
+    nbytes: int
+    allgather_s: float
+    wait_s: float
+
+
+class HostClock:
+    """A CPU run: perf_counter, and gloo's work futures for the completion time."""
+
+    def mark(self):
+        return time.perf_counter()
+
+    def completion(self, handle):
+        done = []
+        chained = [work.get_future().then(lambda _: done.append(time.perf_counter()))
+                   for work in _works(handle)]
+        return done, chained
+
+    def seconds(self, issue: _Issue, waited) -> tuple:
+        done, chained = issue.done
+        for future in chained:  # the work completed before the wait returned; its callback may
+            future.wait()       # still be running in gloo's thread
+        return max(done) - issue.start, waited[1] - waited[0]
+
+    def waiting(self):
+        start = time.perf_counter()
+        return lambda: (start, time.perf_counter())
+
+
+class CudaClock:
+    """A GPU run: CUDA events, read after the step's sync point."""
+
+    def __init__(self):
+        self.side = torch.cuda.Stream()
+
+    def mark(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def completion(self, handle):
+        # the side stream waits for the collective on the device; the host does not
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            handle.wait()
+            return self.mark()
+
+    def seconds(self, issue: _Issue, waited) -> tuple:
+        ready = waited
+        return (issue.start.elapsed_time(issue.done) / 1e3,
+                max(0.0, ready.elapsed_time(issue.done) / 1e3))
+
+    def waiting(self):
+        ready = self.mark()
+        return lambda: ready
+
+
+def _works(handle):
+    """The gloo works behind an all-gather's handle (a coalescing manager, or one work)."""
+    return list(getattr(handle, "works", None) or [handle])
+
+
+class FirstGroupProbe:
+    """Counts first-group prefetches from start_param_sync and, with `timed`, measures each
+    training step's first-group all-gather (a Sample per step that issued and waited for it)."""
+
+    def __init__(self, adapter, timed: bool):
+        self.prefetches = 0
+        self.samples = {}
+        self.clock = (CudaClock() if torch.cuda.is_available() else HostClock()) if timed else None
+        self._engine = adapter.module
+        self._pipeline = self._engine.all_gather_pipeline
+        self._first = first_bucket(self._engine)
+        self._inside_start = self._active = False
+        self._step = None
+        self._issue: Optional[_Issue] = None
+        self._wrap(adapter)
+
+    def nbytes(self) -> int:
+        """Bytes the first group's all-gather fills: its unsharded bucket(s)."""
+        return sum(bucket_bytes(self._pipeline, b) for b in self._coalesced_with_first())
+
+    def step_begins(self, step: int) -> None:
+        self._active, self._step = True, step
+
+    def step_ends(self) -> None:
+        """After the step's sync point: the step's events are complete and can be read."""
+        self._active = False
+        pending = self.samples.get(self._step)
+        if isinstance(pending, tuple):
+            issue, waited = pending
+            allgather, wait = self.clock.seconds(issue, waited)
+            self.samples[self._step] = Sample(issue.where, issue.nbytes, allgather, wait)
+
+    def _wrap(self, adapter) -> None:
+        start_param_sync = adapter.start_param_sync
+        all_gather = self._pipeline.all_gather_params
+        wait = self._pipeline.wait_bucket_ready
+
+        def probed_start_param_sync(*args, **kwargs):
+            self._inside_start = True
+            try:
+                return start_param_sync(*args, **kwargs)
+            finally:
+                self._inside_start = False
+
+        def probed_all_gather(*args, **kwargs):
+            if kwargs.get("bwd") or not self._first_is_idle():
+                return all_gather(*args, **kwargs)
+            start = self._mark()
+            result = all_gather(*args, **kwargs)
+            self._issued(start)
+            return result
+
+        def probed_wait(bucket_id, bwd, *args, **kwargs):
+            if bucket_id != self._first or bwd or self._issue is None:
+                return wait(bucket_id, bwd, *args, **kwargs)
+            issue, self._issue = self._issue, None
+            waited = self.clock.waiting() if self._measuring(issue) else None
+            result = wait(bucket_id, bwd, *args, **kwargs)
+            if waited is not None and self._step not in self.samples:
+                self.samples[self._step] = (issue, waited())
+            return result
+
+        adapter.start_param_sync = probed_start_param_sync
+        self._pipeline.all_gather_params = probed_all_gather
+        self._pipeline.wait_bucket_ready = probed_wait
+
+    def _first_is_idle(self) -> bool:
+        from megatron.core.distributed.fsdp.src.megatron_fsdp.param_and_grad_buffer import (
+            BucketStatus,
+        )
+
+        status = self._pipeline.bucket_status[self._pipeline.get_bucket_key(self._first, False)]
+        return status in (BucketStatus.EMPTY, BucketStatus.PRESERVED)
+
+    def _mark(self):
+        return self.clock.mark() if self.clock and not _capturing() else None
+
+    def _issued(self, start) -> None:
+        key = self._pipeline.get_bucket_key(self._first, False)
+        if key not in self._pipeline.param_gather_event_map:
+            return  # gathered synchronously (not the overlapped path): nothing to time
+        where = START_PARAM_SYNC if self._inside_start else FORWARD
+        if where == START_PARAM_SYNC:
+            self.prefetches += 1
+        handle = self._pipeline.param_gather_event_map[key][0]
+        done = self.clock.completion(handle) if start is not None else None
+        self._issue = _Issue(where, self.nbytes(), start, done, self._active)
+
+    def _measuring(self, issue: _Issue) -> bool:
+        return (issue.active and self._active and issue.start is not None
+                and not _capturing())
+
+    def _coalesced_with_first(self) -> list:
+        """The first bucket, and the buckets M-FSDP coalesces into one collective with it (those
+        of its bucket group)."""
+        groups = self._pipeline.buffer.bucket_to_bucket_group
+        return sorted(groups.get(self._first, [self._first]))
+
+
+def first_bucket(engine) -> int:
+    """The bucket of the module's first parameter: what start_param_sync all-gathers. Looked up
+    through the raw parameter (the module may hold its DTensor stand-in between steps)."""
+    name = next(name for name, _ in engine.module.named_parameters())
+    return engine.param_and_grad_buffer.param_to_param_group[engine.raw_param[name]]
+
+
+def bucket_bytes(pipeline, bucket_id: int) -> int:
+    """Bytes of the unsharded bucket an all-gather of `bucket_id` fills."""
+    buffer = pipeline.get_fsdp_buffer(bucket_id)
+    return buffer.bucket_index.size * buffer.data.element_size()
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def summarise(probe: FirstGroupProbe, steady_steps: list, captured: bool) -> dict:
+    """The summary's first-group fields over the steady-state steps: medians of the samples."""
+    samples = [probe.samples[s] for s in steady_steps
+               if isinstance(probe.samples.get(s), Sample)]
+    fields = {"first_group_bytes": probe.nbytes(), "first_group_allgather_s": None,
+              "first_group_wait_s": None, "first_group_issued_in": None,
+              "first_group_samples": len(samples)}
+    if samples:
+        places = sorted({s.issued_in for s in samples})
+        fields.update(first_group_allgather_s=statistics.median(s.allgather_s for s in samples),
+                      first_group_wait_s=statistics.median(s.wait_s for s in samples),
+                      first_group_issued_in=places[0] if len(places) == 1 else "+".join(places))
+        return fields
+    fields["first_group_null_reason"] = null_reason(probe, steady_steps, captured)
+    return fields
+
+
+def null_reason(probe: FirstGroupProbe, steady_steps: list, captured: bool) -> str:
+    if probe.clock is None:
+        return "logging.measure_first_group=false"
+    if captured:
+        return ("the training step ran as a captured CUDA graph, whose replays run no Python: "
+                "the all-gather is inside the graph and cannot be timed from the host")
+    if not steady_steps:
+        return "no steady-state step"
+    return ("no steady-state step issued and waited for the first group's all-gather "
+            "(fsdp.sharding_strategy gathers nothing, or fsdp.overlap_param_gather=false)")
