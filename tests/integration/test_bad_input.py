@@ -51,7 +51,8 @@ CATALOGUE = [
     (["+recipe=tiny_cpu", "fsdp.nccl_ub=true", "fsdp.double_buffer=true"],
      "set fsdp.nccl_ub=false, or run on GPUs"),
     (["+recipe=tiny_cpu", "fsdp.double_buffer=true"], "set fsdp.double_buffer=false, or run on"),
-    (["+recipe=gpt", "fsdp.main_params_dtype=bf16"], "or train.grad_clip=0"),
+    (["+recipe=gpt", "fsdp.main_params_dtype=bf16"],
+     "set fsdp.main_params_dtype=fp32, or train.grad_clip=0"),
     (["fsdp.grad_comm_dtype=fp16"], "set fsdp.grad_comm_dtype to one of those"),
     # impossible parallel sizes and batches
     (["runtime.nproc_per_node=3"], "set train.global_batch_size to a multiple of 6"),
