@@ -137,7 +137,9 @@ class FsdpConfig:
     prefetched with the first)."""
     nccl_ub: bool = False
     """NCCL user-buffer registration of the FSDP buffers (GPU only; needs fsdp.double_buffer=true,
-    which Megatron-LM turns on silently and the launcher asks for instead)."""
+    which Megatron-LM turns on silently and the launcher asks for instead). Registration is
+    megatron-core's automatic one (each allocation re-registers the pool); Megatron-LM instead
+    registers by hand after the first step (fsdp_manual_registration), from its own loop."""
     main_params_dtype: FsdpDtype = FsdpDtype.fp32
     """Dtype of the main (optimizer) weights (megatron_fsdp_main_params_dtype); auto: the model's
     own weights serve. fp32, as Megatron-LM."""

@@ -72,6 +72,15 @@ class Config:
         dtype = FsdpDtype(self.fsdp.main_params_dtype)
         if dtype == FsdpDtype.auto:
             dtype = FsdpDtype(Precision(self.train.precision).value)
+        grads = FsdpDtype(self.fsdp.main_grads_dtype)
+        if self.fsdp.main_params_dtype == FsdpDtype.auto and grads not in (FsdpDtype.auto, dtype):
+            # no main-weight buffer: M-FSDP hands the main gradients to the model weights' .grad
+            # uncast (param_and_grad_buffer.py), which torch refuses for another dtype
+            raise ConfigError(
+                f"fsdp.main_grads_dtype={grads.value} needs main weights to cast into, and "
+                f"fsdp.main_params_dtype=auto keeps none ({dtype.value} model weights take the "
+                f"gradients as they are); set fsdp.main_params_dtype=fp32, or "
+                f"fsdp.main_grads_dtype=auto")
         if dtype == FsdpDtype.bf16 and self.train.grad_clip > 0:
             raise ConfigError(
                 f"fsdp.main_params_dtype={self.fsdp.main_params_dtype.value} keeps bf16 main "

@@ -56,6 +56,9 @@ RULES = [
      r"fsdp.main_params_dtype=auto keeps bf16 main weights .*set fsdp.main_params_dtype=fp32, "
      r"or train.grad_clip=0"),
     (["fsdp.main_params_dtype=bf16"], r"fsdp.main_params_dtype=bf16 keeps bf16 main weights"),
+    (["+recipe=gpt", "fsdp.main_params_dtype=auto", "train.grad_clip=0",
+      "fsdp.main_grads_dtype=fp32"],
+     r"fsdp.main_grads_dtype=fp32 needs main weights to cast into.*set fsdp.main_params_dtype="),
     (["fsdp.prefetch_first_param_group=true", "cuda_graph=full_iteration"],
      r"fsdp.prefetch_first_param_group=true cannot be captured by cuda_graph.impl=full_iteration.*"
      r"set fsdp.prefetch_first_param_group=false"),
