@@ -235,9 +235,22 @@ class SweepConfig:
     """The cell speedups are measured against, as swept values in the config's own nesting
     ({fsdp: {prefetch_first_param_group: true}}); empty means the cell with the values the config
     has without the sweep, else the first valid cell."""
+    tune: bool = False
+    """Race the cells (launcher.sweep.race): from round sweep.min_repeats on, stop running every
+    cell whose throughput interval lies wholly below the best cell's; end when one cell is left,
+    the cells left are within noise of each other, or sweep.repeats rounds are done; then write
+    SWEEP_DIR/recipe/tuned.yaml (launcher.sweep.tuned)."""
+    min_repeats: int = 2
+    """Rounds every cell runs before the race may drop one (with sweep.tune=true)."""
 
     def __post_init__(self):
         positive("sweep.repeats", self.repeats)
+        positive("sweep.min_repeats", self.min_repeats)
+        if self.tune and self.min_repeats > self.repeats:
+            raise ConfigError(
+                f"sweep.min_repeats={self.min_repeats} exceeds sweep.repeats={self.repeats}, so "
+                "the race could never drop a cell; set sweep.repeats to at least "
+                f"{self.min_repeats}, or lower sweep.min_repeats")
         if self.name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
             raise ConfigError(
                 f"sweep.name={self.name} may hold only letters, digits, '_', '.' and '-' "

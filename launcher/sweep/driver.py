@@ -13,7 +13,10 @@ from typing import List
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import ConfigError
-from launcher.sweep.plan import Plan, SweepError, build_plan, read_summary, run_dir, schedule
+from launcher.sweep.plan import (
+    Plan, SweepError, build_plan, has_ok_run, read_summary, run_dir, schedule,
+)
+from launcher.sweep.race import replay
 
 
 def quote(text: str) -> str:
@@ -37,8 +40,10 @@ def run_name(label: str, repeat: int, attempt: int) -> str:
     return f"{label} #{repeat}" + (f" retry {attempt}" if attempt else "")
 
 
-def print_plan(plan: Plan, rounds: list) -> None:
-    todo = {(cell.id, repeat) for round_ in rounds for cell, repeat, _ in round_}
+def print_plan(plan: Plan, rounds: list, race=None) -> None:
+    """The plan table; in a tuning sweep, `race` (replayed from disk) marks the dropped cells."""
+    todo = {(cell.id, repeat) for round_ in rounds for cell, repeat, _ in round_
+            if race is None or (cell.id in race.alive and not race.ended)}
     keys = plan.keys
     widths = [max([len(k)] + [len(c.values[k]) for c in plan.cells]) for k in keys]
     print(f"[sweep] {plan.name}: {len(plan.cells)} cells x {plan.repeats} repeat(s) "
@@ -46,9 +51,12 @@ def print_plan(plan: Plan, rounds: list) -> None:
     print("  " + "  ".join([f"{'cell':<10}"] + [f"{k:<{w}}" for k, w in zip(keys, widths)]
                            + ["plan"]))
     for cell in plan.cells:
-        if cell.valid:
+        if race and cell.id in race.dropped:
+            what = race.dropped[cell.id].reason
+        elif cell.valid:
             left = sum((cell.id, r) in todo for r in range(plan.repeats))
-            what = (f"run {left} of {plan.repeats} repeat(s)" if left
+            what = (f"run {left} of {plan.repeats} repeat(s)" + (" at most" if race else "")
+                    if left else f"kept to the end of the race ({race.ended})" if race
                     else f"done ({plan.repeats} ok)")
             what += " (baseline)" if cell.id == plan.baseline else ""
         else:
@@ -57,9 +65,14 @@ def print_plan(plan: Plan, rounds: list) -> None:
                                + [f"{cell.values[k]:<{w}}" for k, w in zip(keys, widths)]
                                + [what]))
     valid = sum(c.valid for c in plan.cells)
-    print(f"[sweep] {valid} valid cells: {len(todo)} runs to do, "
-          f"{valid * plan.repeats - len(todo)} already ok; {len(plan.cells) - valid} refused",
-          flush=True)
+    ok = sum(has_ok_run(plan.sweep_dir, c.id, r) for c in plan.cells if c.valid
+             for r in range(plan.repeats))
+    print(f"[sweep] {valid} valid cells: {'at most ' if race else ''}{len(todo)} runs to do, "
+          f"{ok} already ok; {len(plan.cells) - valid} refused", flush=True)
+    if race:
+        print(f"[sweep] tuning: from round {plan.min_repeats} on, a cell whose throughput "
+              "interval lies wholly below the best cell's stops running"
+              + (f"; the race has ended: {race.ended}" if race.ended else ""), flush=True)
 
 
 def record_crash(folder: str, job_return) -> None:
@@ -98,7 +111,7 @@ def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
         print(f"error: {err}", file=sys.stderr)
         return 2
     rounds = schedule(plan)
-    print_plan(plan, rounds)
+    print_plan(plan, rounds, replay(plan) if plan.tune else None)
     if plan.baseline is None:
         print("error: no cell of the sweep is valid (reasons above); fix the grid", file=sys.stderr)
         return 2
@@ -111,6 +124,11 @@ def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
     OmegaConf.save(master, os.path.join(plan.sweep_dir, "multirun.yaml"))
     job_index = 0
     for round_ in rounds:
+        if plan.tune:  # the race so far, from what is on disk: who still runs
+            race = replay(plan)
+            if race.ended:
+                break
+            round_ = [job for job in round_ if job[0].id in race.alive]
         if not round_:
             continue
         batch = [job_overrides(plan, master, cell, r, n) for cell, r, n in round_]
@@ -134,8 +152,27 @@ def finish(plan: Plan, master: DictConfig, log: bool) -> int:
     if log:
         log_table(results, master)
     print_results(results, paths)
+    if plan.tune:
+        print_tuned(results, master)
     failed = [r for r in results.rows if r["status"] not in ("ok", "invalid")]
     return 1 if failed else 0
+
+
+def print_tuned(results, master: DictConfig) -> None:
+    """Writes the tuned recipe; its path and the command that runs it are the sweep's last lines."""
+    from launcher.sweep import tuned
+
+    choices = dict(master.hydra.runtime.choices)
+    path = tuned.write(results, choices.get("recipe"), [k for k in choices if "/" not in k])
+    if path is None:
+        print("[sweep] tuned: no recipe written (no cell of the race finished ok)", flush=True)
+        return
+    chosen, _, why = tuned.choose(results)
+    folder = results.plan.sweep_dir
+    print(f"[sweep] the race ended: {results.race.ended or 'not yet (rounds left to run)'}",
+          flush=True)
+    print(f"[sweep] tuned: {chosen['label']}. {why}. Recipe: {path}", flush=True)
+    print(f"[sweep] run it: launch --config-dir {folder} +recipe=tuned", flush=True)
 
 
 def log_table(results, master: DictConfig) -> None:

@@ -53,6 +53,9 @@ class Plan:
     """The id of the cell that speedups are measured against."""
     wandb_group: str
     cells: List[Cell] = field(default_factory=list)
+    tune: bool = False
+    """Race the cells (launcher.sweep.race) and write the tuned recipe."""
+    min_repeats: int = 2
 
     def cell(self, cell_id: str) -> Cell:
         return next(c for c in self.cells if c.id == cell_id)
@@ -217,7 +220,8 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     group = master.logging.wandb.group or name
     base_values = swept_values(master, dict(master.hydra.runtime.choices), keys)
     baseline = pick_baseline(cells, keys, sweep.baseline, base_values, master)
-    return Plan(name, sweep_dir, keys, sweep.repeats, sweep.seed, baseline, group, cells)
+    return Plan(name, sweep_dir, keys, sweep.repeats, sweep.seed, baseline, group, cells,
+                sweep.tune, sweep.min_repeats)
 
 
 def dotted(tree: dict, prefix: str = "") -> dict:

@@ -13,7 +13,7 @@ import io
 import os
 import sys
 
-from launcher.sweep.results import HEADERS, SHOWN, Results, collect, display, write_tables
+from launcher.sweep.results import HEADERS, Results, collect, display, shown, write_tables
 from launcher.files import write_bytes_atomic, write_text_atomic
 from launcher.sweep.plan import short_names
 
@@ -243,12 +243,13 @@ def page(results: Results, svg: str) -> str:
     plan, env = results.plan, results.environment
     esc = html.escape
     env_rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in env.items())
-    head = "".join(f"<th>{esc(HEADERS.get(k, k))}</th>" for k in SHOWN)
+    columns = shown(results)
+    head = "".join(f"<th>{esc(HEADERS.get(k, k))}</th>" for k in columns)
     body = []
     for row in results.rows:
         cls = ' class="baseline"' if row["baseline"] else ""
         cells = []
-        for key in SHOWN:
+        for key in columns:
             bad = key == "status" and not row["status"].startswith("ok")
             text = esc(display(row, key))
             if key == "reason" and row.get("log_excerpt"):
@@ -282,6 +283,8 @@ def print_results(results: Results, paths: list) -> None:
             line += f"  speedup {display(row, 'speedup')}"
         if row["status"] not in ("ok", "pending"):
             line += f"  {row['reason']}"
+        elif row.get("race", "").startswith("dropped"):
+            line += f"  ({row['race']})"
         print(line)
     print("[sweep] report: " + ", ".join(paths), flush=True)
 

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from launcher.sweep import stats
+from launcher.sweep.race import Race, replay
 from launcher.sweep.switch import add_explanations, first_group_metrics
 from launcher.files import write_text_atomic
 from launcher.sweep.plan import Cell, Plan, attempts, read_summary
@@ -38,6 +39,8 @@ class Results:
     step_times_ms: Dict[str, List[float]] = field(default_factory=dict)
     """Per cell id: every steady-state step time of its ok runs, pooled (for the distributions)."""
     environment: dict = field(default_factory=dict)
+    race: Optional[Race] = None
+    """A tuning sweep's race, replayed from disk (launcher.sweep.race); None otherwise."""
 
     @property
     def columns(self) -> List[str]:
@@ -66,14 +69,8 @@ def cell_status(statuses: List[str]) -> str:
     return "ok"
 
 
-def throughput_samples(summary: dict) -> np.ndarray:
-    """tokens/s/GPU of each steady-state step."""
-    times = np.asarray(summary["steady_state_step_times_s"], dtype=float)
-    return summary["tokens_per_step"] / times / summary["world_size"]
-
-
 def collect(plan: Plan) -> Results:
-    results = Results(plan, [])
+    results = Results(plan, [], race=replay(plan) if plan.tune else None)
     samples, step_times = {}, {}
     for cell in plan.cells:
         row = {"cell": cell.id, "label": cell.label, **cell.values,
@@ -82,17 +79,20 @@ def collect(plan: Plan) -> Results:
         if not cell.valid:
             row["status"] = "invalid"
             continue
-        runs = [repeat_run(plan, cell, r) for r in range(plan.repeats)]
+        rounds = results.race.rounds_of(cell.id, plan.repeats) if results.race else plan.repeats
+        runs = [repeat_run(plan, cell, r) for r in range(rounds)]
         row["status"] = cell_status([status for status, _, _ in runs])
         row["run_dirs"] = " ".join(d for _, _, d in runs if d)
         ok = [s for status, s, _ in runs if status == "ok"]
-        row["runs_ok"] = f"{len(ok)}/{plan.repeats}"
+        row["runs_ok"] = f"{len(ok)}/{rounds}"
+        if results.race:
+            row["race"] = race_note(results.race, cell.id)
         failed = next((s for status, s, _ in runs if s and status != "ok"), None)
         if failed:
             row["reason"] = failed.get("message", "")
             row["log_excerpt"] = failed.get("log_excerpt", "")
         if ok:
-            samples[cell.id] = [throughput_samples(s) for s in ok]
+            samples[cell.id] = [stats.throughput_samples(s) for s in ok]
             row.update(cell_metrics(ok, samples[cell.id]))
             step_times[cell.id] = [s["steady_state_step_times_s"] for s in ok]
             results.step_times_ms[cell.id] = [1e3 * t for run in step_times[cell.id] for t in run]
@@ -100,6 +100,13 @@ def collect(plan: Plan) -> Results:
     add_speedups(results.rows, samples, plan.baseline)
     add_explanations(results.rows, plan.keys, step_times)
     return results
+
+
+def race_note(race: Race, cell_id: str) -> str:
+    """A cell's place in a tuning sweep's race, as its row shows it."""
+    if cell_id in race.dropped:
+        return race.dropped[cell_id].reason
+    return f"kept to the end ({race.ended})" if race.ended else "racing"
 
 
 def cell_metrics(ok: List[dict], samples: List[np.ndarray]) -> dict:
@@ -174,7 +181,12 @@ def write_tables(results: Results, folder: str) -> None:
 SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "tflops_per_gpu", "mfu",
          "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib",
          "peak_rss_mib", "first_group_issued_in", "first_group_wait_ms", "first_group_wait_share",
-         "predicted_saving_ms", "measured_saving_ms", "runs_ok", "reason")
+         "predicted_saving_ms", "measured_saving_ms", "runs_ok", "race", "reason")
+def shown(results: Results) -> tuple:
+    """The columns the printed tables show: SHOWN, the race's only in a tuning sweep."""
+    return tuple(k for k in SHOWN if k != "race" or results.race)
+
+
 HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
            "speedup": "speedup vs baseline [95% CI]", "tflops_per_gpu": "TFLOP/s/GPU",
            "step_time_ms_p50": "step p50 (ms)", "step_time_ms_p90": "step p90 (ms)",
@@ -214,9 +226,10 @@ def markdown(results: Results) -> str:
     env = results.environment
     if env:
         lines += ["Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), ""]
-    lines.append("| " + " | ".join(HEADERS.get(k, k) for k in SHOWN) + " |")
-    lines.append("|" + "---|" * len(SHOWN))
+    columns = shown(results)
+    lines.append("| " + " | ".join(HEADERS.get(k, k) for k in columns) + " |")
+    lines.append("|" + "---|" * len(columns))
     for row in results.rows:
-        cells = [display(row, k).replace("|", "\\|").replace("\n", " ") for k in SHOWN]
+        cells = [display(row, k).replace("|", "\\|").replace("\n", " ") for k in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
