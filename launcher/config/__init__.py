@@ -24,5 +24,5 @@ from launcher.config.model import (  # noqa: F401
 )
 from launcher.config.sections import (  # noqa: F401
     CheckpointConfig, DataConfig, LoggingConfig, RuntimeConfig, SweepConfig, TrainConfig,
-    WandbConfig,
+    TensorboardConfig, WandbConfig,
 )

@@ -162,6 +162,20 @@ class WandbConfig:
 
 
 @dataclass
+class TensorboardConfig:
+    """TensorBoard, beside wandb: every metric wandb gets, under the same names, from rank 0."""
+
+    enabled: bool = False
+    """Write TensorBoard event files (torch.utils.tensorboard's writer)."""
+    dir: Optional[str] = None
+    """Where run folders go; null: <run dir>/tb. `tensorboard --logdir` of it (or of a sweep's
+    directory) shows the runs."""
+    name: Optional[str] = None
+    """The run's folder under logging.tensorboard.dir, its name in TensorBoard; null: the run
+    directory's name (a sweep names each run by its cell and repeat)."""
+
+
+@dataclass
 class LoggingConfig:
     """What is logged and how often."""
 
@@ -172,6 +186,8 @@ class LoggingConfig:
     prints its start and result lines; metrics.jsonl and wandb keep every step)."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """Weights & Biases settings."""
+    tensorboard: TensorboardConfig = field(default_factory=TensorboardConfig)
+    """TensorBoard settings."""
     measure_first_group: bool = True
     """Time the first parameter group's all-gather and the first forward's wait for it
     (launcher.run.first_group: no host-device sync is added); false only counts the prefetches,

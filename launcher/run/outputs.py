@@ -1,4 +1,9 @@
-"""A run's outputs as it trains: the metrics.jsonl stream, and wandb (or nothing)."""
+"""A run's outputs as it trains: the metrics.jsonl stream, and its loggers.
+
+A logger has two methods, `log(metrics, step)` and `close()`: wandb's, TensorBoard's, the null
+one, and `Loggers`, which hands each call to several. Each takes its settings from its arguments;
+none reads the environment (wandb itself reads the WANDB_* variables its logger sets).
+"""
 
 import json
 import os
@@ -7,13 +12,51 @@ from launcher.files import write_text_atomic
 
 
 class NullLogger:
-    """The logger of non-zero ranks and of logging.wandb.mode=disabled."""
+    """The logger of non-zero ranks, and of a run with every logger off."""
 
     def log(self, metrics: dict, step: int) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+
+class Loggers:
+    """Several loggers as one."""
+
+    def __init__(self, loggers: list):
+        self._loggers = loggers
+
+    def log(self, metrics: dict, step: int) -> None:
+        for logger in self._loggers:
+            logger.log(metrics, step)
+
+    def close(self) -> None:
+        for logger in self._loggers:
+            logger.close()
+
+
+class TensorboardLogger:
+    """Rank 0's TensorBoard run: torch's SummaryWriter in `folder`; the resolved config as text
+    (tag `config`), then a scalar per metric and logged step, under wandb's names."""
+
+    def __init__(self, folder: str, config: dict):
+        from omegaconf import OmegaConf
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=folder)
+        text = OmegaConf.to_yaml(OmegaConf.create(config))
+        self._writer.add_text("config", "    " + text.replace("\n", "\n    "))  # markdown code
+        print(f"[launch] tensorboard: {folder}; look at it with `tensorboard --logdir {folder}`",
+              flush=True)
+
+    def log(self, metrics: dict, step: int) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._writer.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 class WandbLogger:

@@ -12,7 +12,9 @@ import torch
 from launcher.run import cpu_compat, metrics, notices, ranks
 from launcher.config import Config, WandbMode
 from launcher.run.environment import RECORDED
-from launcher.run.outputs import MetricsFile, NullLogger, WandbLogger
+from launcher.run.outputs import (
+    Loggers, MetricsFile, NullLogger, TensorboardLogger, WandbLogger,
+)
 
 
 def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
@@ -218,10 +220,7 @@ class _Recorder:
         self.jsonl = self.logger = None
         if rank == 0:
             self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"), first_step)
-            disabled = cfg.logging.wandb.mode == WandbMode.disabled
-            self.logger = NullLogger() if disabled else WandbLogger(
-                cfg.logging.wandb, run_dir, resolved,
-                cfg.logging.wandb.name or os.path.basename(run_dir))
+            self.logger = loggers(cfg.logging, run_dir, resolved)
 
     def on_step(self, step, loss, grad_norm, seconds, lr, first_group=None):
         self.steps.append({"step": step, "loss": loss, "step_time_s": seconds})
@@ -288,6 +287,19 @@ class _Recorder:
             "tokens_per_step": self.tokens_per_step, "flops_per_step": self.flops,
             "peak_flops": self.peak, "rank0_weight_shard_numel": shard_numel, "metrics": result,
         }
+
+
+def loggers(logging, run_dir: str, resolved: dict):
+    """Rank 0's loggers (launcher.run.outputs): wandb unless disabled, TensorBoard if enabled."""
+    chosen = []
+    if logging.wandb.mode != WandbMode.disabled:
+        chosen.append(WandbLogger(logging.wandb, run_dir, resolved,
+                                  logging.wandb.name or os.path.basename(run_dir)))
+    if logging.tensorboard.enabled:
+        folder = os.path.join(logging.tensorboard.dir or os.path.join(run_dir, "tb"),
+                              logging.tensorboard.name or os.path.basename(run_dir))
+        chosen.append(TensorboardLogger(folder, resolved))
+    return Loggers(chosen) if chosen else NullLogger()
 
 
 def throughput(recorder, times) -> dict:

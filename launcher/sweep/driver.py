@@ -32,6 +32,7 @@ def job_overrides(plan: Plan, master: DictConfig, cell, repeat: int, attempt: in
             f"hydra.sweep.subdir={cell.id}/repeat{repeat}/attempt{attempt}",
             f"logging.wandb.group={quote(plan.wandb_group)}",
             f"logging.wandb.name={quote(run_name(cell.label, repeat, attempt))}",
+            f"logging.tensorboard.name={quote(run_name(cell.label, repeat, attempt))}",
             "logging.wandb.tags=[" + ",".join(quote(t[:64]) for t in tags) + "]"]  # wandb's limit
 
 
