@@ -4,7 +4,8 @@ layer, which megatron-core needs on a machine without CUDA).
 
     torchrun --nproc-per-node=1 bench/bare_loop.py --steps 20
 
-Prints `first step done` when step 1 ends, and at the end one JSON line {"step_times_s": [...]}.
+Prints `first step done` when step 1 ends, and at the end one JSON line {"step_times_s": [...],
+"rss_growth_bytes_per_step": ...} (RSS after the last step minus after the first, per step).
 """
 
 import argparse
@@ -96,7 +97,9 @@ def main():
         output = model(tokens, positions, None, labels=labels)
         return output, lambda losses: (losses.float().mean(), {"lm loss": losses.float().mean()})
 
-    times = []
+    from launcher.run.metrics import current_rss_bytes, growth_per_step
+
+    times, rss = [], [None, None]
     for step in range(1, args.steps + 1):
         start = time.perf_counter()
         model.zero_grad_buffer()
@@ -113,10 +116,13 @@ def main():
         if not on_cpu:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+        rss[step > 1] = current_rss_bytes()  # [after the first step, after the latest]
         if step == 1 and torch.distributed.get_rank() == 0:
             print("first step done", flush=True)
     if torch.distributed.get_rank() == 0:
-        print(json.dumps({"step_times_s": times}), flush=True)
+        print(json.dumps({"step_times_s": times,
+                          "rss_growth_bytes_per_step": growth_per_step(*rss, args.steps)}),
+              flush=True)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 

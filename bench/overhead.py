@@ -4,7 +4,8 @@ GPT, the same Megatron-FSDP, ranks and steps, run A B A B in one invocation.
     .venv/bin/python bench/overhead.py [--pairs 5] [--steps 20] [--ranks 1]
 
 Prints the median steady-state step time of each (steps after the first 2, pooled over the
-pairs), their ratio, and the ratio of time-to-first-step (from starting the command to the end of
+pairs), their ratio, the memory a step adds to each, and the ratio of time-to-first-step (from
+starting the command to the end of
 step 1, medians), ending with one machine-readable line:
 `steady_state_ratio=X.XXX first_step_ratio=Y.YYY`. Targets: at most 1.02 and 1.15.
 """
@@ -45,16 +46,17 @@ def run_launch(args, folder: str, env: dict) -> tuple:
                       f"train.warmup_steps={WARMUP}", f"runtime.nproc_per_node={args.ranks}",
                       "logging.wandb.mode=disabled", f"hydra.run.dir={run_dir}"],
                      "step    1/", env)
-    times = json.loads((run_dir / "summary.json").read_text())["steady_state_step_times_s"]
-    return first, times
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return first, summary["steady_state_step_times_s"], \
+        summary["metrics"]["rss_growth_bytes_per_step"]
 
 
 def run_bare(args, env: dict) -> tuple:
     first, lines = timed([str(BIN / "torchrun"), "--standalone", f"--nproc-per-node={args.ranks}",
                           str(ROOT / "bench" / "bare_loop.py"), f"--steps={args.steps}"],
                          "first step done", env)
-    times = json.loads(lines[-1])["step_times_s"]
-    return first, times[WARMUP:]
+    result = json.loads(lines[-1])
+    return first, result["step_times_s"][WARMUP:], result["rss_growth_bytes_per_step"]
 
 
 def main() -> None:
@@ -65,19 +67,23 @@ def main() -> None:
     args = parser.parse_args()
     env = dict(os.environ, WANDB_SILENT="true", PYTHONPATH=str(ROOT))
     firsts, steady = {"launch": [], "bare": []}, {"launch": [], "bare": []}
+    growth = {"launch": [], "bare": []}
     with tempfile.TemporaryDirectory() as folder:
         for pair in range(args.pairs):
             for name, result in (("launch", run_launch(args, folder, env)),
                                  ("bare", run_bare(args, env))):
                 firsts[name].append(result[0])
                 steady[name] += result[1]
+                growth[name].append(result[2])
                 print(f"pair {pair + 1}/{args.pairs} {name:<6} first step at {result[0]:.2f} s, "
                       f"steady median {1e3 * statistics.median(result[1]):.1f} ms", flush=True)
     medians = {k: statistics.median(v) for k, v in steady.items()}
     first = {k: statistics.median(v) for k, v in firsts.items()}
     for name in ("launch", "bare"):
         print(f"{name:<6} steady-state step {1e3 * medians[name]:.2f} ms (median of "
-              f"{len(steady[name])} steps), time to first step {first[name]:.2f} s")
+              f"{len(steady[name])} steps), time to first step {first[name]:.2f} s, memory "
+              f"growth {statistics.median(growth[name]) / 1024:.1f} KiB/step (RSS after the last "
+              "step minus after the first, per step; median of the runs)")
     print(f"steady_state_ratio={medians['launch'] / medians['bare']:.3f} "
           f"first_step_ratio={first['launch'] / first['bare']:.3f}")
 

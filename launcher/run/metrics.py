@@ -274,3 +274,21 @@ def step_time_stats(times: Iterable[float]) -> dict[str, float]:
         "p90": percentile(ts, 90),
         "mean": sum(ts) / len(ts),
     }
+
+
+def current_rss_bytes():
+    """This process's resident memory now (Linux /proc/self/statm), or None where there is none."""
+    import os
+
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def growth_per_step(first, last, steps: int):
+    """(last - first) / (steps - 1): bytes a step adds, None without two readings."""
+    if first is None or last is None or steps < 2:
+        return None
+    return (last - first) / (steps - 1)

@@ -216,7 +216,7 @@ class _Recorder:
         self.device_name = None if on_cpu else torch.cuda.get_device_name()
         precision = cfg.train.precision.value
         self.peak = metrics.peak_flops(self.device_name, precision)
-        self.steps, self.valid_losses = [], []
+        self.steps, self.valid_losses, self.rss = [], [], [None, None]
         self.jsonl = self.logger = None
         if rank == 0:
             self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"), first_step)
@@ -224,6 +224,7 @@ class _Recorder:
 
     def on_step(self, step, loss, grad_norm, seconds, lr, first_group=None):
         self.steps.append({"step": step, "loss": loss, "step_time_s": seconds})
+        self.rss[len(self.steps) > 1] = metrics.current_rss_bytes()  # [first step, latest]
         if self.rank != 0 or step % self.cfg.logging.interval:
             return
         tps = metrics.tokens_per_s_per_gpu(self.tokens_per_step, seconds, self.world_size)
@@ -265,6 +266,8 @@ class _Recorder:
         result = {
             **throughput(self, times),
             **peak_memory(self.on_cpu),
+            # memory a step adds (rank 0's RSS after the last step minus after the first, per step)
+            "rss_growth_bytes_per_step": metrics.growth_per_step(*self.rss, len(self.steps)),
             "final_loss": self.steps[-1]["loss"],
             "final_valid_loss": self.valid_losses[-1]["valid_loss"] if self.valid_losses
             else None,

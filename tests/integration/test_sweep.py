@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
 # 8 steps: 2 warmup, then graph cells leave out 1 graph warmup and 1 capture: 4 steady steps.
 SWEEP = ["-m", "+recipe=sweep_tiny_cpu", "sweep.repeats=1", "train.steps=8",
-         "cuda_graph.warmup_steps=1", "sweep.name=smoke"]
+         "cuda_graph.warmup_steps=1", "sweep.name=smoke", "logging.tensorboard.enabled=true"]
 REFUSED = ("true", "full_iteration")
 
 
@@ -46,6 +46,17 @@ def sweep(tmp_path_factory):
     proc = launch_sweep(sweep_dir)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc, sweep_dir
+
+
+def test_tensorboard_runs_sit_in_their_cell_folders_named_by_cell_and_repeat(sweep):
+    _, sweep_dir = sweep
+    rows = read_csv(sweep_dir)
+    expected = {(r["cell"], f"{r['label']} #0") for r in rows.values() if r["status"] == "ok"}
+    found = {(p.parents[3].name, p.name) for p in sweep_dir.glob("*/repeat0/attempt0/tb/*")}
+    assert found == expected and len(found) == 3
+    for cell, name in found:  # event files that TensorBoard reads
+        assert list((sweep_dir / cell / "repeat0" / "attempt0" / "tb" / name).glob(
+            "events.out.tfevents.*"))
 
 
 def test_preflight_lists_every_cell_and_the_refused_one_with_its_reason(sweep):
