@@ -5,8 +5,7 @@ GPT, the same Megatron-FSDP, ranks and steps, run A B A B in one invocation.
 
 Prints the median steady-state step time of each (steps after the first 2, pooled over the
 pairs), their ratio, the memory a step adds to each, and the ratio of time-to-first-step (from
-starting the command to the end of
-step 1, medians), ending with one machine-readable line:
+starting the command to the end of step 1, medians), ending with one machine-readable line:
 `steady_state_ratio=X.XXX first_step_ratio=Y.YYY`. Targets: at most 1.02 and 1.15.
 """
 
