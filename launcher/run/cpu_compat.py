@@ -45,6 +45,7 @@ def _to_cpu_device(value):
     return _CPU if _is_cuda_device(value) else value
 
 
+_DEVICE_ARGS = (str, torch.device)
 _NOOP_METHODS = {torch.Tensor.record_stream}
 _IDENTITY_METHODS = {torch.Tensor.cuda, torch.Tensor.pin_memory}
 
@@ -63,7 +64,10 @@ class _CudaToCpu(TorchFunctionMode):
         if "device" in kwargs:
             device = kwargs["device"]
             kwargs["device"] = _CPU if isinstance(device, int) else _to_cpu_device(device)
-        args = tuple(_to_cpu_device(a) for a in args)
+        for arg in args:  # most calls hold tensors only: no new tuple for them (it is per op)
+            if isinstance(arg, _DEVICE_ARGS):
+                args = tuple(map(_to_cpu_device, args))
+                break
         return func(*args, **kwargs)
 
 
