@@ -282,6 +282,9 @@ class _Recorder:
         return {
             "status": "ok", "backend": "gloo" if self.on_cpu else "nccl",
             "world_size": self.world_size, "device": self.device_name or "cpu",
+            # callbacks torch holds for a CUDA initialisation a CPU run never makes: constant, or
+            # memory grows with steps (launcher.run.cpu_compat runs megatron's RNG calls at once)
+            "torch_cuda_queued_calls": len(torch.cuda._queued_calls) if self.on_cpu else None,
             "megatron_core_version": mcore_version, "torch_version": torch.__version__,
             "config": self.resolved,
             "steps_run": [s["step"] for s in self.steps],
