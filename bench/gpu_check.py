@@ -106,7 +106,7 @@ def stages_for(args, venv: Path, out: Path) -> List[Stage]:
     stages.append(Stage("gpu_tests", [py, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
                                       "tests/gpu"], args.tests_timeout, ["imports"]))
     sweep = out / "sweep"
-    grid = (["+recipe=sweep_tiny_cpu", "train.steps=8", "cuda_graph.warmup_steps=1"]
+    grid = (["+recipe=sweep_tiny_cpu", f"train.steps={args.cpu_steps}", "cuda_graph.warmup_steps=1"]
             if args.rehearse or args.cpu else
             # 1.3B on one H200, shrunk to fit: 3 valid cells x 1 repeat of the recipe's 14 steps
             ["+recipe=gpt_1p3b_1gpu_bf16", "fsdp.prefetch_first_param_group=true,false",
@@ -131,6 +131,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rehearse", action="store_true")
     parser.add_argument("--venv", help="use this venv as it is (no venv made, nothing installed)")
     parser.add_argument("--cpu", action="store_true", help="the tiny CPU sweep (as --rehearse)")
+    parser.add_argument("--cpu-steps", type=int, default=8,
+                        help="training steps of each run of the tiny CPU sweep")
     parser.add_argument("--out", default=str(ROOT / "sweeps" /
                                              time.strftime("gpu_check_%Y%m%d_%H%M%S")))
     # The limits add up to 500 s, within the 8 minutes one H200 is lent for (venv 20, install 90,
