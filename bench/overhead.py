@@ -1,11 +1,14 @@
 """The launcher's overhead against a bare megatron-core loop (bench/bare_loop.py): the same tiny
-GPT, the same Megatron-FSDP, ranks and steps, run A B A B in one invocation.
+GPT, the same Megatron-FSDP, ranks and steps, in pairs run A B, B A, A B, ... in one invocation.
 
     .venv/bin/python bench/overhead.py [--pairs 5] [--steps 20] [--ranks 1]
 
-Prints the median steady-state step time of each (steps after the first 2, pooled over the
-pairs), their ratio, the memory a step adds to each, and the ratio of time-to-first-step (from
-starting the command to the end of step 1, medians), ending with one machine-readable line:
+Each pair gives a ratio: launch's median steady-state step time (steps after the first 2) over the
+bare loop's. The order alternates, and the ratio is taken within a pair, so that a machine that
+drifts (a shared 2-core CPU does, by 10% and more between minutes) moves both sides alike. Prints
+each pair, the median of the pair ratios (the figure), the pooled medians for reference, the
+memory a step adds to each, and the ratio of time-to-first-step (from starting the command to the
+end of step 1, medians), ending with one machine-readable line:
 `steady_state_ratio=X.XXX first_step_ratio=Y.YYY`. Targets: at most 1.02 and 1.15.
 """
 
@@ -67,25 +70,33 @@ def main() -> None:
     env = dict(os.environ, WANDB_SILENT="true", PYTHONPATH=str(ROOT))
     firsts, steady = {"launch": [], "bare": []}, {"launch": [], "bare": []}
     growth = {"launch": [], "bare": []}
+    ratios = []
     with tempfile.TemporaryDirectory() as folder:
+        runs = {"launch": lambda: run_launch(args, folder, env), "bare": lambda: run_bare(args, env)}
         for pair in range(args.pairs):
-            for name, result in (("launch", run_launch(args, folder, env)),
-                                 ("bare", run_bare(args, env))):
+            order = ("launch", "bare") if pair % 2 == 0 else ("bare", "launch")
+            pair_medians = {}
+            for name in order:
+                result = runs[name]()
                 firsts[name].append(result[0])
                 steady[name] += result[1]
                 growth[name].append(result[2])
+                pair_medians[name] = statistics.median(result[1])
                 print(f"pair {pair + 1}/{args.pairs} {name:<6} first step at {result[0]:.2f} s, "
-                      f"steady median {1e3 * statistics.median(result[1]):.1f} ms", flush=True)
+                      f"steady median {1e3 * pair_medians[name]:.1f} ms", flush=True)
+            ratios.append(pair_medians["launch"] / pair_medians["bare"])
+            print(f"pair {pair + 1}/{args.pairs} ratio {ratios[-1]:.3f}", flush=True)
     medians = {k: statistics.median(v) for k, v in steady.items()}
     first = {k: statistics.median(v) for k, v in firsts.items()}
     for name in ("launch", "bare"):
         print(f"{name:<6} steady-state step {1e3 * medians[name]:.2f} ms (median of "
-              f"{len(steady[name])} steps), time to first step {first[name]:.2f} s, memory "
+              f"{len(steady[name])} steps pooled), time to first step {first[name]:.2f} s, memory "
               f"growth {statistics.median(growth[name]) / 1024:.1f} KiB/step (RSS after the last "
               "step minus after the first, per step; median of the runs)")
-    print(f"steady_state_ratio={medians['launch'] / medians['bare']:.3f} "
+    print(f"pair ratios {' '.join(f'{r:.3f}' for r in ratios)}; pooled medians' ratio "
+          f"{medians['launch'] / medians['bare']:.3f}")
+    print(f"steady_state_ratio={statistics.median(ratios):.3f} "
           f"first_step_ratio={first['launch'] / first['bare']:.3f}")
-
 
 if __name__ == "__main__":
     main()

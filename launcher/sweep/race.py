@@ -113,8 +113,3 @@ def repeat_outcome(plan: Plan, cell: str, repeat: int):
     ended = [s for s in summaries if s]
     return ended[-1].get("status", "error") if ended else None
 
-
-def describe(race: Race, cell_id: str) -> Optional[str]:
-    """What the plan table and the report say of a cell's place in the race."""
-    drop = race.dropped.get(cell_id)
-    return drop.reason if drop else None
