@@ -102,10 +102,8 @@ def refuse(err: ConfigError, run_dir: str) -> None:
 
 def main() -> None:
     register_configs()
-    if ranks.external_starter() == "torchrun" and os.environ["RANK"] != "0":
-        # torchrun runs `launch` once per rank: rank 0's Hydra keeps the config snapshot and the
-        # log; the others write nothing that could clash with it.
-        sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=none"]
+    if ranks.external_starter() == "torchrun":  # torchrun runs `launch` once per rank
+        sys.argv += ranks.rank_overrides(int(os.environ["RANK"]))
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises; launch prints one line (errors.py)
     try:
         _main()

@@ -27,19 +27,22 @@ class LaunchSweeper(Sweeper):
 
     def __init__(self, params: Optional[Dict[str, str]] = None) -> None:
         self.params = params or {}
-        self.config = self.hydra_context = self.launcher = None
+        self.config = self.hydra_context = self.task_function = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
+        self.hydra_context, self.config, self.task_function = hydra_context, config, task_function
+
+    def make_launcher(self):
+        """hydra/launcher, instantiated only after the pre-flight has checked its values."""
         from hydra.core.plugins import Plugins
 
-        self.hydra_context, self.config = hydra_context, config
-        self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+        return Plugins.instance().instantiate_launcher(
+            hydra_context=self.hydra_context, task_function=self.task_function, config=self.config)
 
     def sweep(self, arguments: List[str]) -> Any:
         from launcher.sweep.driver import run_sweep
 
-        code = run_sweep(self.config, self.hydra_context.config_loader, self.launcher,
+        code = run_sweep(self.config, self.hydra_context.config_loader, self.make_launcher,
                          self.params, arguments)
         # Nothing in Hydra runs after a sweep returns: end the process with the sweep's code
         # (SystemExit passes through Hydra's error reporting, which catches Exception only).

@@ -258,10 +258,16 @@ class SweepConfig:
     SWEEP_DIR/recipe/tuned.yaml (launcher.sweep.tuned)."""
     min_repeats: int = 2
     """Rounds every cell runs before the race may drop one (with sweep.tune=true)."""
+    pending_limit_min: float = 60
+    """With a Slurm launcher: minutes a job may pend (its Slurm reason printed every minute)
+    before the sweep cancels it as `cancelled` and goes on; a busy cluster may need more."""
 
     def __post_init__(self):
         positive("sweep.repeats", self.repeats)
         positive("sweep.min_repeats", self.min_repeats)
+        if not self.pending_limit_min > 0:
+            raise ConfigError(f"sweep.pending_limit_min={self.pending_limit_min} must be more "
+                              "than 0; set it to the minutes a Slurm job may wait in the queue")
         if self.tune and self.min_repeats > self.repeats:
             raise ConfigError(
                 f"sweep.min_repeats={self.min_repeats} exceeds sweep.repeats={self.repeats}, so "

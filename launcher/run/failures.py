@@ -3,7 +3,8 @@
 Pure text in, a status out: the spawner calls it with the failing rank's exit code and error text.
 """
 
-FAILURES = ("invalid", "oom", "cuda_graph_capture_error", "nan", "rank_died", "timeout", "error")
+FAILURES = ("invalid", "oom", "cuda_graph_capture_error", "nan", "rank_died", "timeout",
+            "cancelled", "error")
 """Every failure status a run or a sweep cell can have (besides ok and, in a sweep, pending)."""
 
 # Checked in this order; the first match wins (an OOM during capture is an OOM).
@@ -12,7 +13,7 @@ _PATTERNS = (
     ("cuda_graph_capture_error", ("stream capture", "streamcapture", "graph capture",
                                   "capture_begin", "capture_end", "is capturing")),
     ("nan", ("non-finite", "nonfinite")),
-    ("timeout", ("timed out", "timeout")),
+    ("timeout", ("timed out", "timed-out", "timeout")),
 )
 
 

@@ -22,6 +22,7 @@ from typing import Iterable, Optional
 __all__ = [
     "PEAK_FLOPS",
     "flops_per_step",
+    "median_per_step",
     "mfu",
     "peak_flops",
     "percentile",
@@ -257,6 +258,22 @@ def percentile(values: Iterable[float], q: float) -> float:
     if i + 1 >= len(xs) or frac == 0:
         return xs[i]
     return xs[i] + (xs[i + 1] - xs[i]) * frac
+
+
+def median_per_step(rate, times: Iterable[float]) -> float:
+    """The median over steps of rate(step time): the one definition of a run's throughput.
+
+    A run's tokens/s/GPU and TFLOP/s/GPU (summary, console, wandb, TensorBoard) and a sweep
+    cell's (table, report; pooled over its repeats, with a bootstrap interval) are all the median
+    of the per-step rates over the steady-state steps. Megatron-LM logs the mean over a logging
+    interval instead (total over total time); the median is what the sweep's intervals are on,
+    and one slow step (a collection, a neighbour) moves it least.
+    """
+    rates = sorted(rate(float(t)) for t in times)
+    if not rates:
+        raise ValueError("median_per_step of no steps")
+    middle = len(rates) // 2
+    return rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
 
 
 def step_time_stats(times: Iterable[float]) -> dict[str, float]:

@@ -68,3 +68,13 @@ def check_runtime_matches(runtime: RuntimeConfig, found: Layout) -> None:
         if wanted is not None and wanted != got:
             raise ConfigError(f"runtime.{key}={wanted}, but {found.starter} started {got} "
                               f"({found.world_source}); set runtime.{key}={got} or null")
+
+
+def rank_overrides(rank: int) -> list:
+    """Hydra overrides for a rank other than 0 when every rank runs Hydra (torchrun, submitit):
+    rank 0 keeps the config snapshot and `cli.log`; rank N logs to its own `cli.rankN.log`."""
+    if rank == 0:
+        return []
+    return ["hydra.output_subdir=null",
+            "hydra.job_logging.handlers.file.filename="
+            f"${{hydra.runtime.output_dir}}/${{hydra.job.name}}.rank{rank}.log"]

@@ -95,6 +95,7 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
         return {}
     summary = writer.summary(probe, graphs.captured(), mcore_version, local_shard_numel(model))
     return {**summary, "hosts": list(devices), "devices_by_host": devices, "env": env,
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "wrapper": type(model).__name__,
             "cuda_graph_wrapper": graphs.wrapper_name(cfg.cuda_graph),
             "num_parameters": sum(p.numel() for p in model.parameters()),
@@ -309,8 +310,9 @@ def loggers(logging, run_dir: str, resolved: dict):
 
 
 def throughput(recorder, times) -> dict:
-    """tokens/s/GPU, TFLOP/s/GPU, MFU and step-time percentiles over the steady-state step times;
-    all null, with the reason, when there is none."""
+    """tokens/s/GPU, TFLOP/s/GPU (medians of the per-step rates: metrics.median_per_step), MFU
+    and step-time percentiles over the steady-state step times; all null, with the reason, when
+    there is none."""
     if not times:
         first, last = recorder.steps[0]["step"], recorder.steps[-1]["step"]
         reason = (f"no steady-state step: steps {first}..{last} all fall within the first "
@@ -319,9 +321,11 @@ def throughput(recorder, times) -> dict:
         return {"tokens_per_s_per_gpu": None, "tflops_per_gpu": None, "mfu": None,
                 "step_time_s_p50": None, "step_time_s_p90": None, "throughput_null_reason": reason}
     stats = metrics.step_time_stats(times)
-    tflops = metrics.tflops_per_gpu(recorder.flops, stats["mean"], recorder.world_size)
-    return {"tokens_per_s_per_gpu": metrics.tokens_per_s_per_gpu(
-                recorder.tokens_per_step, stats["mean"], recorder.world_size),
+    world = recorder.world_size
+    tflops = metrics.median_per_step(
+        lambda t: metrics.tflops_per_gpu(recorder.flops, t, world), times)
+    return {"tokens_per_s_per_gpu": metrics.median_per_step(
+                lambda t: metrics.tokens_per_s_per_gpu(recorder.tokens_per_step, t, world), times),
             "tflops_per_gpu": tflops, "mfu": metrics.mfu(tflops * 1e12, recorder.peak),
             "step_time_s_p50": stats["p50"], "step_time_s_p90": stats["p90"]}
 

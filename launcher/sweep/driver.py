@@ -16,7 +16,10 @@ from launcher.config import ConfigError
 from launcher.sweep.plan import (
     Plan, SweepError, build_plan, has_ok_run, read_summary, run_dir, schedule,
 )
+from launcher.sweep import submit
 from launcher.sweep.race import replay
+from launcher.sweep.slurm import is_submitit
+from launcher.sweep.submit import JobEnded
 
 
 def quote(text: str) -> str:
@@ -78,7 +81,8 @@ def print_plan(plan: Plan, rounds: list, race=None) -> None:
 
 def record_crash(folder: str, job_return) -> None:
     """A job that failed without a summary (it raised before its spawner wrote one, or its
-    launcher lost it: a Slurm job killed) still leaves a classified one."""
+    launcher lost it: a Slurm job killed) still leaves a classified one. What Slurm ended
+    (cancelled, timed out) replaces whatever the run wrote, unless it finished ok."""
     from hydra.core.utils import JobStatus
 
     from launcher.run.failures import classify_failure
@@ -90,17 +94,40 @@ def record_crash(folder: str, job_return) -> None:
         error = job_return._return_value
     else:
         return
-    if read_summary(folder) is None:
+    summary = read_summary(folder)
+    slurm_ended = isinstance(error, JobEnded)
+    if summary is None or (slurm_ended and summary.get("status") != "ok"):
         os.makedirs(folder, exist_ok=True)
-        text = f"{type(error).__name__}: {error}"
+        text = str(error) if slurm_ended else f"{type(error).__name__}: {error}"
+        status = error.status if slurm_ended else classify_failure(1, text)
         write_json_atomic(os.path.join(folder, "summary.json"), {
-            "status": classify_failure(1, text), "message": text.splitlines()[0],
-            "log_excerpt": text[-800:]})
+            "status": status, "message": text.splitlines()[0],
+            "log_excerpt": (summary or {}).get("log_excerpt") or text[-800:],
+            "slurm_job_id": getattr(error, "job_id", None)})
 
 
-def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
+def job_name(plan: Plan, cell, repeat: int, attempt: int) -> str:
+    """A Slurm job's name: the sweep, the cell and the run, as its directory is named."""
+    return f"{plan.name}/{cell.id}/repeat{repeat}" + (f"/attempt{attempt}" if attempt else "")
+
+
+def launch_round(launcher, plan: Plan, master: DictConfig, round_, job_index: int) -> list:
+    """Each run's JobReturn, or the exception that ended it."""
+    batch = [job_overrides(plan, master, cell, r, n) for cell, r, n in round_]
+    try:
+        if is_submitit(master.hydra.launcher):
+            return submit.launch(launcher, batch, job_index,
+                                 [job_name(plan, *job) for job in round_],
+                                 master.sweep.pending_limit_min)
+        return launcher.launch(batch, initial_job_idx=job_index)
+    except Exception as err:  # noqa: BLE001  a launcher that raises fails its round, not the sweep
+        return [err] * len(batch)
+
+
+def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
               arguments: List[str]) -> int:
-    """The whole sweep; returns the exit code (0 all runs ok, 1 a run failed, 2 bad input)."""
+    """The whole sweep; returns the exit code (0 all runs ok, 1 a run failed, 2 bad input).
+    make_launcher() instantiates hydra/launcher, once the pre-flight has passed."""
     fixed = [f"{k}={v}" for k, v in (params or {}).items()]
 
     def load(overrides):
@@ -123,7 +150,7 @@ def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
     reported = os.path.exists(os.path.join(plan.sweep_dir, "results.csv"))
     plan.save()
     OmegaConf.save(master, os.path.join(plan.sweep_dir, "multirun.yaml"))
-    job_index = 0
+    job_index, launcher = 0, None
     for round_ in rounds:
         if plan.tune:  # the race so far, from what is on disk: who still runs
             race = replay(plan)
@@ -132,12 +159,9 @@ def run_sweep(master: DictConfig, config_loader, launcher, params: dict,
             round_ = [job for job in round_ if job[0].id in race.alive]
         if not round_:
             continue
-        batch = [job_overrides(plan, master, cell, r, n) for cell, r, n in round_]
-        try:
-            returns = launcher.launch(batch, initial_job_idx=job_index)
-        except Exception as err:  # noqa: BLE001  e.g. a Slurm job killed: submitit raises
-            returns = [err] * len(batch)
-        job_index += len(batch)
+        launcher = launcher or make_launcher()
+        returns = launch_round(launcher, plan, master, round_, job_index)
+        job_index += len(round_)
         for (cell, r, n), job_return in zip(round_, returns):
             record_crash(run_dir(plan.sweep_dir, cell.id, r, n), job_return)
     # A rerun that ran nothing logs no second wandb table.

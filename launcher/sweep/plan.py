@@ -21,6 +21,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from launcher.run import ranks
 from launcher.run.environment import run_environment
 from launcher.run.support import check_device, check_support
+from launcher.sweep.error import SweepError
+from launcher.sweep.slurm import check_launcher, is_submitit
 from launcher.config import (
     Config, ConfigError, Device, SweepConfig, check_steady_state, check_world_size, to_config,
 )
@@ -71,10 +73,6 @@ class Plan:
         data["sweep_dir"] = sweep_dir  # the directory may have moved since
         data["cells"] = [Cell(**c) for c in data["cells"]]
         return Plan(**data)
-
-
-class SweepError(ValueError):
-    """A sweep that cannot start as a whole; one line, like ConfigError."""
 
 
 def canonical(value) -> str:
@@ -139,19 +137,10 @@ def swept_values(composed: DictConfig, choices: dict, keys: List[str]) -> Dict[s
     return values
 
 
-def check_launcher(launcher: DictConfig) -> None:
-    """A Slurm launcher must start one task per GPU: each task is one rank."""
-    gpus, tasks = launcher.get("gpus_per_node"), launcher.get("tasks_per_node")
-    if "submitit" in str(launcher.get("_target_", "")) and gpus and gpus != tasks:
-        raise SweepError(f"hydra.launcher.tasks_per_node={tasks} with hydra.launcher.gpus_per_node="
-                         f"{gpus}: each GPU needs its own task (one rank per GPU); set "
-                         f"hydra.launcher.tasks_per_node={gpus}")
-
-
 def check_cell_world(cfg: Config, launcher: DictConfig) -> None:
     """The parallel sizes against the world each job will get: a submitit launcher's tasks, or
     else what `launch` starts from the runtime section."""
-    if "submitit" not in str(launcher.get("_target_", "")):
+    if not is_submitit(launcher):
         check_world_size(cfg, cfg.runtime.world_size)
         return
     local = int(launcher.tasks_per_node)

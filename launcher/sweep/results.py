@@ -113,7 +113,8 @@ def cell_metrics(ok: List[dict], samples: List[np.ndarray]) -> dict:
     first = ok[0]
     tps, low, high = stats.median_ci(samples)
     seconds = np.asarray([t for s in ok for t in s["steady_state_step_times_s"]])
-    tflops = first["flops_per_step"] / float(np.median(seconds)) / first["world_size"] / 1e12
+    # the median of the per-step rates, as a run's summary has it (metrics.median_per_step)
+    tflops = float(np.median(first["flops_per_step"] / seconds / first["world_size"] / 1e12))
     peak = first.get("peak_flops")
     return {
         "tokens_per_s_per_gpu": tps, "tokens_per_s_per_gpu_ci_low": low,

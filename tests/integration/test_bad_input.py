@@ -78,6 +78,15 @@ CATALOGUE = [
     (["runtime.rdzv_endpoint=node1"], "runtime.rdzv_endpoint=node1 is not HOST:PORT"),
     (["runtime.timeout_s=0"], "runtime.timeout_s=0 must be at least 1"),
     (["sweep.repeats=0"], "sweep.repeats=0 must be at least 1"),
+    (["-m", "sweep.pending_limit_min=0"], "sweep.pending_limit_min=0.0 must be more than 0"),
+    # the Slurm preset on CPU nodes: the task count is not implied by the GPUs
+    (["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0"],
+     "hydra.launcher.tasks_per_node=0 with hydra.launcher.gpus_per_node=0: on CPU nodes"),
+    (["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null"],
+     "set hydra.launcher.tasks_per_node=N"),
+    (["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0",
+      "hydra.launcher.tasks_per_node=2", "hydra.launcher.nodes=0"],
+     "hydra.launcher.nodes=0 must be a positive whole number"),
     # data
     (["data=indexed"], "data=indexed needs data.path; set data.path=PREFIX"),
     (["data=indexed", "data.path=/nonexistent/corpus"],
@@ -101,7 +110,9 @@ def test_bad_input_is_refused_in_one_line(tmp_path, overrides, expected):
         f"hydra.run.dir={run_dir}"]
     recipe = [] if any(o.lstrip("+").startswith("recipe=") for o in overrides) else [
         "+recipe=tiny_cpu"]
-    proc = subprocess.run([LAUNCH, *recipe, *overrides, *run_dir_override],
+    flags = [o for o in overrides if o == "-m"]  # before the overrides, as a user types it
+    overrides = [o for o in overrides if o != "-m"]
+    proc = subprocess.run([LAUNCH, *flags, *recipe, *overrides, *run_dir_override],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env=dict(os.environ, HOME=str(tmp_path / "home")))
     assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]

@@ -1,0 +1,153 @@
+"""Pre-flight of a submitit launcher (hydra/launcher=slurm, submitit_slurm, submitit_local): its
+values make sense, and where `sinfo` answers, some node of the partition can take the job.
+
+Runs before any job is submitted and imports no submitit: a value that could only fail inside
+sbatch, or pend for ever, is refused here in one line naming the key.
+"""
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import List, Optional
+
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from launcher.sweep.error import SweepError
+
+SINFO_TIMEOUT_S = 30
+
+
+def is_submitit(launcher: DictConfig) -> bool:
+    return "hydra_submitit_launcher" in str(launcher.get("_target_", ""))
+
+
+def is_slurm(launcher: DictConfig) -> bool:
+    return str(launcher.get("_target_", "")).endswith("SlurmLauncher")
+
+
+def shown(value) -> str:
+    return "null" if value is None else str(value)
+
+
+def value(launcher: DictConfig, key: str):
+    """hydra.launcher.<key>, or a one-line error where it cannot be resolved (the preset's
+    tasks_per_node follows gpus_per_node, which may be null)."""
+    try:
+        return launcher.get(key)
+    except OmegaConfBaseException as err:
+        raise SweepError(f"hydra.launcher.{key} cannot be resolved "
+                         f"({str(err).splitlines()[0]}); set hydra.launcher.{key} to a number")
+
+
+def check_launcher(launcher: DictConfig) -> None:
+    """One rank per task: on GPU nodes one task per GPU, on CPU nodes (gpus_per_node 0 or null)
+    an explicit tasks_per_node; then the partition's nodes, where sinfo can tell."""
+    if not is_submitit(launcher):
+        return
+    gpus = launcher.get("gpus_per_node", None) if "gpus_per_node" in launcher else None
+    if gpus is None or gpus == 0:
+        try:
+            tasks = launcher.get("tasks_per_node")
+        except OmegaConfBaseException:
+            tasks = None
+        if not isinstance(tasks, int) or tasks < 1:
+            raise SweepError(
+                f"hydra.launcher.tasks_per_node={shown(tasks)} with hydra.launcher.gpus_per_node="
+                f"{shown(gpus)}: "
+                "on CPU nodes each task is one rank and its count is not implied by the GPUs; "
+                "set hydra.launcher.tasks_per_node=N (the ranks per node)")
+    else:
+        tasks = value(launcher, "tasks_per_node")
+        if gpus != tasks:
+            raise SweepError(
+                f"hydra.launcher.tasks_per_node={tasks} with hydra.launcher.gpus_per_node={gpus}: "
+                f"each GPU needs its own task (one rank per GPU); set "
+                f"hydra.launcher.tasks_per_node={gpus}")
+    for key in ("nodes", "cpus_per_task", "timeout_min"):
+        number = value(launcher, key)
+        if number is not None and (not isinstance(number, int) or number < 1):
+            raise SweepError(f"hydra.launcher.{key}={number} must be a positive whole number; "
+                             f"set hydra.launcher.{key}=1 or more")
+    if is_slurm(launcher):
+        check_partition(launcher, tasks, gpus or 0)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cpus: int
+    memory_mb: int
+    gpus: int
+
+
+def gpu_count(gres: str) -> int:
+    """GPUs in sinfo's %G: `gpu:8`, `gpu:h100:8(S:0-1)`, `(null)`, or a comma-separated list."""
+    total = 0
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and len(parts) > 1 and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def partition_nodes(partition: Optional[str]) -> Optional[tuple]:
+    """(partition name, its nodes) from sinfo; None where sinfo is absent or does not answer."""
+    if shutil.which("sinfo") is None:
+        print("[sweep] sinfo not found: the partition's nodes are not checked before submitting",
+              flush=True)
+        return None
+    command = ["sinfo", "-h", "-N", "-o", "%N|%c|%m|%G|%P"]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, check=True,
+                             timeout=SINFO_TIMEOUT_S).stdout
+    except (subprocess.SubprocessError, OSError) as err:
+        print(f"[sweep] sinfo did not answer ({str(err).splitlines()[0]}): the partition's "
+              "nodes are not checked before submitting", flush=True)
+        return None
+    rows = [line.split("|") for line in out.splitlines() if line.count("|") == 4]
+    names = sorted({r[4].rstrip("*") for r in rows})
+    if partition is None:
+        default = [r[4].rstrip("*") for r in rows if r[4].endswith("*")]
+        if not default:
+            raise SweepError(f"Slurm has no default partition (sinfo lists {', '.join(names)}); "
+                             "set hydra.launcher.partition")
+        partition = default[0]
+    if partition not in names:
+        raise SweepError(f"hydra.launcher.partition={partition}: Slurm has no such partition "
+                         f"(sinfo lists {', '.join(names) or 'none'}); set one of those")
+    nodes = [Node(r[0], int(r[1].rstrip("+")), int(r[2].rstrip("+")), gpu_count(r[3]))
+             for r in rows if r[4].rstrip("*") == partition]
+    return partition, nodes
+
+
+def check_partition(launcher: DictConfig, tasks: int, gpus: int) -> None:
+    """Some `nodes` nodes of the partition each hold tasks x cpus_per_task CPUs, mem_gb and the
+    GPUs; else the job would pend for ever. The first shortfall is named with its key."""
+    found = partition_nodes(launcher.get("partition"))
+    if found is None:
+        return
+    partition, nodes = found
+    cpus_per_task = launcher.get("cpus_per_task") or 1
+    mem_gb = launcher.get("mem_gb")
+    wanted_nodes = launcher.get("nodes") or 1
+    needs = [
+        ("CPUs", tasks * cpus_per_task, lambda n: n.cpus,
+         f"hydra.launcher.cpus_per_task={cpus_per_task} x hydra.launcher.tasks_per_node={tasks}",
+         "lower hydra.launcher.cpus_per_task"),
+        ("GB of memory", mem_gb or 0, lambda n: n.memory_mb // 1024,
+         f"hydra.launcher.mem_gb={mem_gb}", "lower hydra.launcher.mem_gb, or set it to null"),
+        ("GPUs", gpus, lambda n: n.gpus, f"hydra.launcher.gpus_per_node={gpus}",
+         "lower hydra.launcher.gpus_per_node (0 on CPU nodes)"),
+    ]
+    able: List[Node] = list(nodes)
+    for what, need, has, keys, fix in needs:
+        best = max((has(n) for n in able), default=0)
+        if need > best:
+            raise SweepError(f"{keys} needs {need} {what} on a node, but the nodes of Slurm "
+                             f"partition {partition} have at most {best} (sinfo); {fix}")
+        able = [n for n in able if has(n) >= need]
+    if len(able) < wanted_nodes:
+        raise SweepError(f"hydra.launcher.nodes={wanted_nodes}, but Slurm partition {partition} "
+                         f"has {len(able)} node(s) that can take the tasks (sinfo); set "
+                         f"hydra.launcher.nodes={len(able)} or less")
