@@ -1,7 +1,7 @@
 """Every command README.md shows, read out of README.md and run as a new user types it, from a
 directory holding the checkout's .venv: those a CPU runs, verbatim; those that need a GPU, a
 cluster or a prepared dataset, verbatim with `runtime.dry_run=true` appended, which passes them
-through every pre-flight check. The README and the tests cannot drift apart."""
+through every pre-flight check (tests/slurm runs the README's Slurm sweep on a real Slurm). The README and the tests cannot drift apart."""
 
 import os
 import re
@@ -37,7 +37,9 @@ def readme_commands() -> list:
 
 
 def runs_on_a_cpu(command: str) -> bool:
-    return any(marker in command + "\n" for marker in CPU_RUNS) and "tiny_cpu_text" not in command
+    """A command a CPU runs here; a Slurm one runs in tests/slurm, on a cluster."""
+    return any(marker in command + "\n" for marker in CPU_RUNS) and "tiny_cpu_text" not in command \
+        and "hydra/launcher=slurm" not in command
 
 
 def test_the_readme_has_its_commands():
