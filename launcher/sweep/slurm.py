@@ -64,11 +64,13 @@ def check_launcher(launcher: DictConfig) -> None:
                 f"hydra.launcher.tasks_per_node={tasks} with hydra.launcher.gpus_per_node={gpus}: "
                 f"each GPU needs its own task (one rank per GPU); set "
                 f"hydra.launcher.tasks_per_node={gpus}")
-    for key in ("nodes", "cpus_per_task", "timeout_min"):
-        number = value(launcher, key)
-        if number is not None and (not isinstance(number, int) or number < 1):
-            raise SweepError(f"hydra.launcher.{key}={number} must be a positive whole number; "
-                             f"set hydra.launcher.{key}=1 or more")
+    for key, least in (("nodes", 1), ("cpus_per_task", 1), ("timeout_min", 1),
+                       ("gpus_per_node", 0), ("mem_gb", 0)):
+        number = value(launcher, key) if key in launcher else None
+        if number is not None and (not isinstance(number, int) or number < least):
+            kind = "a positive whole number" if least else "a whole number >= 0"
+            raise SweepError(f"hydra.launcher.{key}={number} must be {kind}; "
+                             f"set hydra.launcher.{key}={least} or more")
     if is_slurm(launcher):
         check_partition(launcher, tasks, gpus or 0)
 

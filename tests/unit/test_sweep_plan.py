@@ -12,6 +12,7 @@ from hydra.types import RunMode
 from launcher.cli import register_configs
 from launcher.config import ConfigError
 from launcher.sweep.plan import SweepError, build_plan
+from launcher.sweep.slurm import gpu_count
 
 register_configs()
 RECIPE = "+recipe=sweep_tiny_cpu"
@@ -119,6 +120,32 @@ def test_slurm_preset_needs_one_task_per_gpu():
                                          r"gpus_per_node=8: each GPU needs its own task .*set "
                                          r"hydra.launcher.tasks_per_node=8"):
         plan_for("hydra/launcher=slurm", "hydra.launcher.tasks_per_node=1")
+
+
+@pytest.mark.parametrize("overrides,line", [
+    (["hydra.launcher.gpus_per_node=0"],
+     "hydra.launcher.tasks_per_node=0 with hydra.launcher.gpus_per_node=0: on CPU nodes each task "
+     "is one rank and its count is not implied by the GPUs; set hydra.launcher.tasks_per_node=N "
+     "(the ranks per node)"),
+    (["hydra.launcher.gpus_per_node=-2"],
+     "hydra.launcher.gpus_per_node=-2 must be a whole number >= 0; set "
+     "hydra.launcher.gpus_per_node=0 or more"),
+    (["hydra.launcher.gpus_per_node=0", "hydra.launcher.tasks_per_node=2",
+      "hydra.launcher.mem_gb=-1"],
+     "hydra.launcher.mem_gb=-1 must be a whole number >= 0; set hydra.launcher.mem_gb=0 or more"),
+    (["hydra.launcher.cpus_per_task=0"],
+     "hydra.launcher.cpus_per_task=0 must be a positive whole number; set "
+     "hydra.launcher.cpus_per_task=1 or more"),
+])
+def test_slurm_preset_values_are_refused_in_one_line(overrides, line):
+    with pytest.raises(SweepError) as err:
+        plan_for("hydra/launcher=slurm", *overrides)
+    assert str(err.value) == line
+
+
+def test_gpu_counts_read_from_sinfo():
+    assert [gpu_count(g) for g in ("gpu:8", "gpu:h100:8(S:0-1)", "(null)",
+                                   "gpu:a100:4,gpu:h100:2", "mps:100,gpu:2")] == [8, 8, 0, 6, 2]
 
 
 def test_preflight_checks_cells_against_the_submitit_world():
