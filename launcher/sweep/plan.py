@@ -193,7 +193,7 @@ def label(values: Dict[str, str]) -> str:
 def build_plan(master: DictConfig, load, arguments: List[str], config_loader=None) -> Plan:
     """Expands and validates the whole grid; raises SweepError/ConfigError for the sweep as a whole."""
     sweep: SweepConfig = OmegaConf.to_object(master.sweep)
-    check_launcher(master.hydra.launcher)
+    check_launcher(master.hydra.launcher, master.runtime.dry_run)
     keys, grid = expand_grid(arguments, config_loader)
     sweep_dir = str(master.hydra.sweep.dir)
     cells, seen = [], {}

@@ -1,12 +1,15 @@
 """Pre-flight of a submitit launcher (hydra/launcher=slurm, submitit_slurm, submitit_local): its
 values make sense, and where `sinfo` answers, some node of the partition can take the job.
 
-Runs before any job is submitted and imports no submitit: a value that could only fail inside
-sbatch, or pend for ever, is refused here in one line naming the key.
+Runs before any job is submitted: a value that could only fail inside sbatch, or pend for ever,
+is refused here in one line naming the key; then, where Slurm answers, `sbatch --test-only` of the
+very batch script the sweep will submit (submitit writes it; nothing is submitted) refuses what
+Slurm itself would refuse (an unknown feature, account or QoS, a time over the partition's limit).
 """
 
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -40,9 +43,10 @@ def value(launcher: DictConfig, key: str):
                          f"({str(err).splitlines()[0]}); set hydra.launcher.{key} to a number")
 
 
-def check_launcher(launcher: DictConfig) -> None:
+def check_launcher(launcher: DictConfig, dry_run: bool) -> None:
     """One rank per task: on GPU nodes one task per GPU, on CPU nodes (gpus_per_node 0 or null)
-    an explicit tasks_per_node; then the partition's nodes, where sinfo can tell."""
+    an explicit tasks_per_node; then, for Slurm, the partition's nodes and sbatch --test-only. A
+    Slurm that does not answer refuses the sweep, unless it is a dry run (which says so)."""
     if not is_submitit(launcher):
         return
     gpus = launcher.get("gpus_per_node", None) if "gpus_per_node" in launcher else None
@@ -71,8 +75,20 @@ def check_launcher(launcher: DictConfig) -> None:
             kind = "a positive whole number" if least else "a whole number >= 0"
             raise SweepError(f"hydra.launcher.{key}={number} must be {kind}; "
                              f"set hydra.launcher.{key}={least} or more")
-    if is_slurm(launcher):
+    if not is_slurm(launcher):
+        return
+    try:
         check_partition(launcher, tasks, gpus or 0)
+    except SlurmSilent as err:
+        if not dry_run:
+            raise SweepError(f"hydra.launcher submits to Slurm, but no Slurm answers here ({err}); "
+                             "run the sweep where sinfo and sbatch reach the cluster (a login "
+                             "node, SLURM_CONF), or use hydra/launcher=submitit_local")
+        print(f"[sweep] no Slurm answers here ({err}): the partition and the job are not "
+              "checked in this dry run", flush=True)
+        return
+    check_test_only(launcher)
+
 
 
 @dataclass(frozen=True)
@@ -93,20 +109,27 @@ def gpu_count(gres: str) -> int:
     return total
 
 
-def partition_nodes(partition: Optional[str]) -> Optional[tuple]:
-    """(partition name, its nodes) from sinfo; None where sinfo is absent or does not answer."""
+def sinfo_nodes() -> str:
+    """sinfo's line per node and partition; raises SlurmSilent where Slurm does not answer."""
     if shutil.which("sinfo") is None:
-        print("[sweep] sinfo not found: the partition's nodes are not checked before submitting",
-              flush=True)
-        return None
+        raise SlurmSilent("sinfo is not on PATH")
     command = ["sinfo", "-h", "-N", "-o", "%N|%c|%m|%G|%P"]
     try:
-        out = subprocess.run(command, capture_output=True, text=True, check=True,
-                             timeout=SINFO_TIMEOUT_S).stdout
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=SINFO_TIMEOUT_S)
     except (subprocess.SubprocessError, OSError) as err:
-        print(f"[sweep] sinfo did not answer ({str(err).splitlines()[0]}): the partition's "
-              "nodes are not checked before submitting", flush=True)
-        return None
+        raise SlurmSilent(f"sinfo: {str(err).splitlines()[0]}")
+    if proc.returncode != 0:
+        raise SlurmSilent(" ".join(proc.stderr.split()[:40]) or f"sinfo exited {proc.returncode}")
+    return proc.stdout
+
+
+class SlurmSilent(Exception):
+    """No Slurm controller answers here (no sinfo, no slurm.conf, slurmctld down)."""
+
+
+def partition_nodes(partition: Optional[str]) -> tuple:
+    """(partition name, its nodes) from sinfo; raises SlurmSilent where it does not answer."""
+    out = sinfo_nodes()
     rows = [line.split("|") for line in out.splitlines() if line.count("|") == 4]
     names = sorted({r[4].rstrip("*") for r in rows})
     if partition is None:
@@ -126,10 +149,7 @@ def partition_nodes(partition: Optional[str]) -> Optional[tuple]:
 def check_partition(launcher: DictConfig, tasks: int, gpus: int) -> None:
     """Some `nodes` nodes of the partition each hold tasks x cpus_per_task CPUs, mem_gb and the
     GPUs; else the job would pend for ever. The first shortfall is named with its key."""
-    found = partition_nodes(launcher.get("partition"))
-    if found is None:
-        return
-    partition, nodes = found
+    partition, nodes = partition_nodes(launcher.get("partition"))
     cpus_per_task = launcher.get("cpus_per_task") or 1
     mem_gb = launcher.get("mem_gb")
     wanted_nodes = launcher.get("nodes") or 1
@@ -153,3 +173,55 @@ def check_partition(launcher: DictConfig, tasks: int, gpus: int) -> None:
         raise SweepError(f"hydra.launcher.nodes={wanted_nodes}, but Slurm partition {partition} "
                          f"has {len(able)} node(s) that can take the tasks (sinfo); set "
                          f"hydra.launcher.nodes={len(able)} or less")
+
+
+def executor_for(params: dict, kind: str):
+    """A submitit executor built from hydra.launcher's values as hydra-submitit-launcher builds
+    its own (its `launch`), the GPU request dropped on CPU nodes."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    params = dict(params)
+    init = {"folder": params.pop("submitit_folder")}
+    if "max_num_timeout" in params:
+        init[f"{kind}_max_num_timeout"] = params.pop("max_num_timeout")
+    if params.get("gpus_per_node") == 0:  # CPU nodes: no GPU request at all
+        params["gpus_per_node"] = None
+    executor = submitit.AutoExecutor(cluster=kind, **init)
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in base else f"{kind}_{k}": v
+                                  for k, v in params.items()})
+    return executor
+
+
+# The script's options that the launcher, not the user, sets: left out of the refusal's line.
+OWN_OPTIONS = ("--job-name", "--output", "--error", "--open-mode", "--signal", "--wckey")
+
+
+def check_test_only(launcher: DictConfig) -> None:
+    """`sbatch --test-only` of a job's batch script, as the sweep will submit it: Slurm's own
+    answer to whether it would take the job (it submits nothing)."""
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.to_container(launcher, resolve=True)
+    params.pop("_target_", None)
+    script = executor_for(params, "slurm")._executor._make_submission_file_text(
+        "true", "preflight")
+    with tempfile.NamedTemporaryFile("w", suffix=".sh") as f:
+        f.write(script)
+        f.flush()
+        try:
+            proc = subprocess.run(["sbatch", "--test-only", f.name], capture_output=True,
+                                  text=True, timeout=SINFO_TIMEOUT_S)
+        except (subprocess.SubprocessError, OSError) as err:
+            print(f"[sweep] sbatch --test-only did not answer ({str(err).splitlines()[0]}): the "
+                  "job is not checked before submitting", flush=True)
+            return
+    if proc.returncode != 0:
+        words = " ".join(proc.stderr.replace("sbatch: error:", "").split()) or "no reason given"
+        options = [line.split(None, 1)[1] for line in script.splitlines()
+                   if line.startswith("#SBATCH ") and not line.split()[1].startswith(OWN_OPTIONS)]
+        raise SweepError(f"Slurm refuses the job hydra.launcher describes: sbatch --test-only "
+                         f"says \"{words}\" of {' '.join(options)}; fix the hydra.launcher value "
+                         "behind that option")

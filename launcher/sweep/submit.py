@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from launcher.run.ranks import rank_overrides
+from launcher.sweep.slurm import executor_for
 
 POLL_S = 10  # one sacct call for all of a round's jobs
 PENDING_PRINT_S = 60
 UNKNOWN_LIMIT_S = 180  # a job neither squeue nor sacct knows: Slurm without accounting
+FINAL_STATE_S = 60  # how long sacct may lag the end of a job whose tasks have returned
+UNFINISHED = ("PENDING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "UNKNOWN")
 # Slurm's end states that say why a job did not finish (sacct's State), and their failure class.
 ENDED = (("CANCELLED", "cancelled"), ("PREEMPTED", "cancelled"), ("TIMEOUT", "timeout"),
          ("DEADLINE", "timeout"), ("OUT_OF_MEMORY", "oom"), ("NODE_FAIL", "rank_died"))
@@ -35,7 +38,7 @@ class JobEnded(Exception):
 
 @dataclass
 class Submitted:
-    job: object  # a submitit Job
+    job: Optional[object]  # a submitit Job; None where it was not submitted
     name: str
     since: float
     gave_up: Optional[str] = None
@@ -55,44 +58,39 @@ class RankTask:
         return self.launcher([*overrides, *rank_overrides(rank)], *rest)
 
 
-def executor_for(launcher):
-    """The launcher's executor, built from its own parameters as the plugin builds it."""
-    import submitit
-    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-    from omegaconf import OmegaConf
-
-    params = dict(launcher.params)
-    kind = launcher._EXECUTOR
-    init = {"folder": params.pop("submitit_folder")}
-    if "max_num_timeout" in params:
-        init[f"{kind}_max_num_timeout"] = params.pop("max_num_timeout")
-    if params.get("gpus_per_node") == 0:  # CPU nodes: no GPU request at all
-        params["gpus_per_node"] = None
-    executor = submitit.AutoExecutor(cluster=kind, **init)
-    base = set(OmegaConf.structured(BaseQueueConf).keys())
-    executor.update_parameters(**{k if k in base else f"{kind}_{k}": v
-                                  for k, v in params.items()})
-    return executor
-
-
 def launch(launcher, batch: Sequence[List[str]], first_index: int, names: Sequence[str],
            pending_limit_min: float) -> list:
     """Submits each run of the round as its own job, waits for all, and returns per job its
     JobReturn or the exception that ended it (JobEnded for what Slurm ended)."""
+    import submitit
     from hydra.core.singleton import Singleton
 
     Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-    executor = executor_for(launcher)
+    executor = executor_for(launcher.params, launcher._EXECUTOR)
     task = RankTask(launcher)
     submitted = []
     for index, (overrides, name) in enumerate(zip(batch, names), start=first_index):
         executor.update_parameters(name=name)
-        job = executor.submit(task, list(overrides), "hydra.sweep.dir", index,
-                              f"job_id_for_{index}", Singleton.get_state())
+        try:
+            job = executor.submit(task, list(overrides), "hydra.sweep.dir", index,
+                                  f"job_id_for_{index}", Singleton.get_state())
+        except (submitit.core.utils.UncompletedJobError, RuntimeError, OSError) as err:
+            submitted.append(refused(name, err))
+            continue
         print(f"[sweep] submitted job {job.job_id}: {name}", flush=True)
         submitted.append(Submitted(job, name, time.monotonic()))
-    wait(submitted, launcher._EXECUTOR == "slurm", 60 * pending_limit_min)
-    return [outcome(s, launcher.params.get("timeout_min")) for s in submitted]
+    wait([s for s in submitted if s.job], launcher._EXECUTOR == "slurm", 60 * pending_limit_min)
+    return [outcome(s, launcher.params.get("timeout_min"), launcher._EXECUTOR == "slurm")
+            for s in submitted]
+
+
+def refused(name: str, err: Exception) -> Submitted:
+    """A run whose job the scheduler would not take (sbatch's own words): an error of that run;
+    the round's other jobs still go."""
+    words = " ".join(str(err).split()) or type(err).__name__
+    why = f"the job {name} was not submitted: {words}"
+    print(f"[sweep] {why}", flush=True)
+    return Submitted(None, name, time.monotonic(), gave_up=why)
 
 
 def wait(submitted: List[Submitted], slurm: bool, pending_limit_s: float) -> None:
@@ -148,24 +146,46 @@ def queued(s: Submitted) -> bool:
     return bool(squeue(s.job.job_id, "%T"))
 
 
-def outcome(s: Submitted, timeout_min) -> object:
-    """Rank 0's JobReturn, or the exception that ended the job."""
+def outcome(s: Submitted, timeout_min, slurm: bool) -> object:
+    """Rank 0's JobReturn, or the exception that ended the job: what Slurm ended (its time limit,
+    scancel) is named so, also where a rank failed first of the signal Slurm sent (its wandb
+    service killed by the SIGTERM, say)."""
+    from hydra.core.utils import JobStatus
+
+    if s.job is None:
+        return JobEnded("error", s.gave_up, None)
     if s.gave_up:
         return JobEnded("cancelled", s.gave_up, s.job.job_id)
     try:
-        return s.job.results()[0]
+        result = s.job.results()[0]
     except Exception as err:  # noqa: BLE001  submitit raises what ended the job
-        return ended(s, err, timeout_min)
+        # submitit's own words for a time limit: "timed-out", raised at the signal before it
+        state = "TIMEOUT" if "timed-out" in str(err) else s.job.state
+        return slurm_ended(s, state, timeout_min) or err
+    if slurm and result.status == JobStatus.FAILED:
+        return slurm_ended(s, final_state(s), timeout_min) or result
+    return result
 
 
-def ended(s: Submitted, err: Exception, timeout_min) -> Exception:
-    """What Slurm's end state says of a job that left no result (submitit's own words for a time
-    limit: "timed-out", raised at the signal before it); else submitit's error."""
-    state = "TIMEOUT" if "timed-out" in str(err) else s.job.state
+def final_state(s: Submitted) -> str:
+    """Slurm's end state of a job whose tasks have returned; sacct has it a few seconds after
+    the job's end ("" where it has not within FINAL_STATE_S)."""
+    deadline = time.monotonic() + FINAL_STATE_S
+    while True:
+        state = s.job.get_info(mode="force").get("State", "")
+        if state and state.split()[0].upper() not in UNFINISHED:
+            return state
+        if time.monotonic() > deadline:
+            return ""
+        time.sleep(2)
+
+
+def slurm_ended(s: Submitted, state: str, timeout_min) -> Optional[JobEnded]:
+    """The failure class of a Slurm end state that says why a job did not finish, else None."""
     for prefix, status in ENDED:
         if state.upper().startswith(prefix):
             why = (f": its time limit, hydra.launcher.timeout_min={timeout_min}; raise it"
                    if status == "timeout" else "")
             return JobEnded(status, f"Slurm job {s.job.job_id} ({s.name}) ended {state}{why}",
                             s.job.job_id)
-    return err
+    return None

@@ -87,6 +87,10 @@ CATALOGUE = [
     (["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0",
       "hydra.launcher.tasks_per_node=2", "hydra.launcher.nodes=0"],
      "hydra.launcher.nodes=0 must be a positive whole number"),
+    # no Slurm here (the test's SLURM_CONF names no file): refused before anything is submitted
+    (["-m", "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0",
+      "hydra.launcher.tasks_per_node=2"],
+     "hydra.launcher submits to Slurm, but no Slurm answers here"),
     # data
     (["data=indexed"], "data=indexed needs data.path; set data.path=PREFIX"),
     (["data=indexed", "data.path=/nonexistent/corpus"],
@@ -114,7 +118,8 @@ def test_bad_input_is_refused_in_one_line(tmp_path, overrides, expected):
     overrides = [o for o in overrides if o != "-m"]
     proc = subprocess.run([LAUNCH, *flags, *recipe, *overrides, *run_dir_override],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=dict(os.environ, HOME=str(tmp_path / "home")))
+                          env=dict(os.environ, HOME=str(tmp_path / "home"),
+                                   SLURM_CONF=str(tmp_path / "no-slurm.conf")))
     assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -168,6 +168,20 @@ def test_a_request_no_node_can_take_is_refused_before_submitting(cluster, tmp_pa
     assert slurm(cluster, "squeue", "-h") == ""
 
 
+def test_a_job_slurm_would_refuse_is_refused_before_submitting(cluster, tmp_path):
+    # a feature no node has: sinfo cannot tell, Slurm's own sbatch --test-only can
+    sweep_dir = tmp_path / "sweep"
+    proc = sweep(cluster, sweep_dir, "+hydra.launcher.additional_parameters.constraint=nosuch")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: Slurm refuses the job hydra.launcher describes: sbatch "
+                           "--test-only says \""), line
+    assert "Invalid feature specification" in line and "--constraint=nosuch" in line, line
+    assert line.endswith("fix the hydra.launcher value behind that option"), line
+    assert "Traceback" not in proc.stdout and not sweep_dir.exists()
+    assert slurm(cluster, "squeue", "-h") == ""
+
+
 def test_a_pending_job_says_why_and_is_given_up_after_the_limit(cluster, tmp_path):
     blocker = slurm(cluster, "sbatch", "--parsable", f"--cpus-per-task={os.cpu_count()}",
                     "--job-name=blocker", "--output=/dev/null", "--wrap", "sleep 600").strip()
