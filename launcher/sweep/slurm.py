@@ -119,7 +119,8 @@ def sinfo_nodes() -> str:
     except (subprocess.SubprocessError, OSError) as err:
         raise SlurmSilent(f"sinfo: {str(err).splitlines()[0]}")
     if proc.returncode != 0:
-        raise SlurmSilent(" ".join(proc.stderr.split()[:40]) or f"sinfo exited {proc.returncode}")
+        said = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        raise SlurmSilent(said[-1] if said else f"sinfo exited {proc.returncode}")
     return proc.stdout
 
 
