@@ -90,7 +90,6 @@ def check_launcher(launcher: DictConfig, dry_run: bool) -> None:
     check_test_only(launcher)
 
 
-
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -207,6 +206,7 @@ def check_test_only(launcher: DictConfig) -> None:
 
     params = OmegaConf.to_container(launcher, resolve=True)
     params.pop("_target_", None)
+    # submitit's own writer of the batch script (AutoExecutor wraps the SlurmExecutor that has it)
     script = executor_for(params, "slurm")._executor._make_submission_file_text(
         "true", "preflight")
     with tempfile.NamedTemporaryFile("w", suffix=".sh") as f:
