@@ -66,11 +66,13 @@ class HostClock:
         done, chained = issue.done
         for future in chained:  # the work completed before the wait returned; its callback may
             future.wait()       # still be running in gloo's thread
-        return max(done) - issue.start, waited[1] - waited[0]
+        # the wait, as CudaClock measures it: from reaching it to the all-gather's completion
+        # (not megatron's bookkeeping after it, mark_bucket_ready_to_use)
+        return max(done) - issue.start, max(0.0, max(done) - waited)
 
     def waiting(self):
         start = time.perf_counter()
-        return lambda: (start, time.perf_counter())
+        return lambda: start
 
 
 class CudaClock:

@@ -52,9 +52,10 @@ def test_without_the_prefetch_the_forward_waits_for_at_most_the_all_gather(runs)
     summary, steps = runs["false"]
     m = summary["metrics"]
     assert m["first_group_samples"] == len(summary["steady_state_steps"]) == 6
-    assert 0 < m["first_group_wait_s"] <= m["first_group_allgather_s"] + 1e-3
-    for step in steps:  # every step, warm-up included, logs its own pair
-        assert 0 < step["first_group_wait_s"] <= step["first_group_allgather_s"] + 1e-3
+    assert 0 < m["first_group_wait_s"] <= m["first_group_allgather_s"]
+    for step in steps:  # every step, warm-up included, logs its own pair; a step whose
+        # all-gather ended before the forward reached its wait (the peer was late) waited 0
+        assert 0 <= step["first_group_wait_s"] <= step["first_group_allgather_s"]
 
 
 def test_with_the_prefetch_each_step_logs_the_timings_of_an_all_gather_issued_earlier(runs):
