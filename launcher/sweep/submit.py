@@ -149,9 +149,8 @@ def queued(s: Submitted) -> bool:
 def outcome(s: Submitted, timeout_min, slurm: bool) -> object:
     """Rank 0's JobReturn, or the exception that ended the job: what Slurm ended (its time limit,
     scancel) is named so, also where a rank failed first of the signal Slurm sent (its wandb
-    service killed by the SIGTERM, say)."""
-    from hydra.core.utils import JobStatus
-
+    service killed by the SIGTERM, say) and returned: its run ends failed, not with an exception,
+    so Slurm's final state is read for every job (a summary that says ok stays ok)."""
     if s.job is None:
         return JobEnded("error", s.gave_up, None)
     if s.gave_up:
@@ -162,18 +161,19 @@ def outcome(s: Submitted, timeout_min, slurm: bool) -> object:
         # submitit's own words for a time limit: "timed-out", raised at the signal before it
         state = "TIMEOUT" if "timed-out" in str(err) else s.job.state
         return slurm_ended(s, state, timeout_min) or err
-    if slurm and result.status == JobStatus.FAILED:
-        return slurm_ended(s, final_state(s), timeout_min) or result
-    return result
+    return (slurm and slurm_ended(s, final_state(s), timeout_min)) or result
 
 
 def final_state(s: Submitted) -> str:
     """Slurm's end state of a job whose tasks have returned; sacct has it a few seconds after
-    the job's end ("" where it has not within FINAL_STATE_S)."""
+    the job's end ("" where it has not within FINAL_STATE_S, or sacct does not know the job:
+    Slurm without accounting)."""
     deadline = time.monotonic() + FINAL_STATE_S
     while True:
         state = s.job.get_info(mode="force").get("State", "")
-        if state and state.split()[0].upper() not in UNFINISHED:
+        if not state:
+            return ""
+        if state.split()[0].upper() not in UNFINISHED:
             return state
         if time.monotonic() > deadline:
             return ""

@@ -156,6 +156,42 @@ def test_cancelled_and_timed_out_jobs_are_named_and_the_sweep_goes_on(cluster, t
                         cells["100001"]: "cancelled"}
 
 
+def test_a_run_that_returns_after_slurms_time_limit_signal_is_a_timeout(cluster, tmp_path,
+                                                                      monkeypatch):
+    """What a rank does when Slurm's SIGTERM at the time limit kills its wandb service first: it
+    fails of that and returns before the SIGKILL. The job left a result, yet Slurm ended it."""
+    import submitit
+
+    from launcher.sweep import submit
+
+    def outlives_its_limit():
+        import signal
+        import time as clock
+
+        term = []
+        try:
+            clock.sleep(600)
+        except Exception:  # noqa: BLE001  submitit's handler of the warning signal raises
+            signal.signal(signal.SIGTERM, lambda *_: term.append(1))  # the time limit's signal
+            deadline = clock.monotonic() + 180
+            while not term and clock.monotonic() < deadline:
+                clock.sleep(0.2)
+        return "returned"
+
+    monkeypatch.setenv("SLURM_CONF", cluster["SLURM_CONF"])
+    executor = submitit.AutoExecutor(folder=tmp_path / "jobs", cluster="slurm",
+                                     slurm_max_num_timeout=0)
+    executor.update_parameters(name="outlives", timeout_min=1, slurm_signal_delay_s=15,
+                               nodes=1, tasks_per_node=1, cpus_per_task=1)
+    job = executor.submit(outlives_its_limit)
+    submitted = submit.Submitted(job, "outlives", time.monotonic())
+    submit.wait([submitted], True, 300)
+    assert job.result() == "returned"
+    ended = submit.outcome(submitted, 1, True)
+    assert isinstance(ended, submit.JobEnded) and ended.status == "timeout", ended
+    assert str(ended).startswith(f"Slurm job {job.job_id} (outlives) ended TIMEOUT")
+
+
 def test_a_request_no_node_can_take_is_refused_before_submitting(cluster, tmp_path):
     proc = sweep(cluster, tmp_path / "sweep", "hydra.launcher.cpus_per_task=8")
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
