@@ -29,6 +29,15 @@ def read_run(run_dir):
     return summary, steps
 
 
+@pytest.fixture(autouse=True)
+def cpu_tiers_see_no_gpu(request, monkeypatch):
+    """Every tier but tests/gpu tests the CPU path (gloo, the CPU layer), on any machine: on a GPU
+    machine the processes its tests start see no GPU, as on CI's. (In this process, test modules
+    that need the CPU layer are skipped on a CUDA machine, saying why.)"""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
 @pytest.fixture
 def launch(tmp_path):
     return lambda *overrides: run_launch(tmp_path, *overrides)

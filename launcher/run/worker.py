@@ -25,6 +25,10 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
     faulthandler.enable(all_threads=True)  # a crash in native code prints each thread's stack
     on_cpu = device_type == "cpu"
     if on_cpu:
+        # runtime.device=cpu on a GPU machine: this rank sees no GPU (CUDA reads the variable at
+        # its first use, not yet made here), so the CPU layer may load; a GPU it saw would
+        # make the layer refuse
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
         cpu_compat.activate()  # before megatron is imported
     me = ranks.layout()
     if not on_cpu:

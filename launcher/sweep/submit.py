@@ -62,7 +62,6 @@ def launch(launcher, batch: Sequence[List[str]], first_index: int, names: Sequen
            pending_limit_min: float) -> list:
     """Submits each run of the round as its own job, waits for all, and returns per job its
     JobReturn or the exception that ended it (JobEnded for what Slurm ended)."""
-    import submitit
     from hydra.core.singleton import Singleton
 
     Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -74,7 +73,7 @@ def launch(launcher, batch: Sequence[List[str]], first_index: int, names: Sequen
         try:
             job = executor.submit(task, list(overrides), "hydra.sweep.dir", index,
                                   f"job_id_for_{index}", Singleton.get_state())
-        except (submitit.core.utils.UncompletedJobError, RuntimeError, OSError) as err:
+        except (RuntimeError, OSError) as err:  # sbatch's refusal: submitit's FailedJobError
             submitted.append(refused(name, err))
             continue
         print(f"[sweep] submitted job {job.job_id}: {name}", flush=True)

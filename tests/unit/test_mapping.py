@@ -4,7 +4,8 @@ import torch
 
 from launcher.run import cpu_compat
 
-cpu_compat.activate()
+if not torch.cuda.is_available():  # on a CUDA machine megatron imports as it is
+    cpu_compat.activate()
 from launcher.run import build  # noqa: E402  (imports megatron after the CPU layer)
 from launcher.config import (  # noqa: E402
     CudaGraphConfig, CudaGraphImpl, FsdpConfig, FsdpDtype, ModelConfig, ParallelConfig, Precision,
