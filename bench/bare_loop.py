@@ -2,7 +2,7 @@
 Megatron-FSDP, trained on the same mock data, with no launcher code (only the CPU compatibility
 layer, which megatron-core needs on a machine without CUDA).
 
-    torchrun --nproc-per-node=1 bench/bare_loop.py --steps 20
+    torchrun --nproc-per-node=1 bench/bare_loop.py --steps 20 [--layers 24 --hidden 2048 ...]
 
 Prints `first step done` when step 1 ends, and at the end one JSON line {"step_times_s": [...],
 "rss_growth_bytes_per_step": ...} (RSS after the last step minus after the first, per step).
@@ -27,18 +27,25 @@ def build(args, on_cpu: bool):
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.transformer import TransformerConfig
 
+    from megatron.core.transformer.module import Float16Module
+
     parallel_state.initialize_model_parallel()
     tensor_parallel.model_parallel_cuda_manual_seed(1234)
-    config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4,
-                               num_query_groups=4, ffn_hidden_size=256, activation_func=F.gelu,
-                               hidden_dropout=0.0, attention_dropout=0.0,
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
+    config = TransformerConfig(num_layers=args.layers, hidden_size=args.hidden,
+                               num_attention_heads=args.heads, num_query_groups=args.heads,
+                               ffn_hidden_size=args.ffn or 4 * args.hidden,
+                               activation_func=F.gelu, hidden_dropout=0.0, attention_dropout=0.0,
+                               bf16=args.bf16, params_dtype=dtype, pipeline_dtype=dtype,
                                use_cpu_initialization=on_cpu)
     gpt = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(),
-                   vocab_size=128, max_sequence_length=args.seq)
+                   vocab_size=args.padded_vocab or args.vocab, max_sequence_length=args.seq)
+    if args.bf16:
+        gpt = Float16Module(config, gpt)  # as the launcher and Megatron-LM's get_model do
     ddp = DistributedDataParallelConfig(
         use_megatron_fsdp=True, use_distributed_optimizer=True,
         data_parallel_sharding_strategy="optim_grads_params",
-        fsdp_all_gather_in_start_param_sync=True, overlap_grad_reduce=True,
+        fsdp_all_gather_in_start_param_sync=args.prefetch == "true", overlap_grad_reduce=True,
         overlap_param_gather=True, gradient_reduce_div_fusion=not on_cpu)
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
     model = FullyShardedDataParallel(config, ddp, gpt, device=device)
@@ -46,7 +53,8 @@ def build(args, on_cpu: bool):
     config.no_sync_func = model.no_sync
     optimizer = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-3, weight_decay=0.01, clip_grad=1.0,
-                        use_distributed_optimizer=True), [model])
+                        bf16=args.bf16, params_dtype=dtype, use_distributed_optimizer=True),
+        [model])
     config.grad_scale_func = optimizer.scale_loss
     return model, optimizer, device
 
@@ -60,9 +68,9 @@ def batches(args, dp_rank, dp_size, device):
             for j in range(args.micro_batch):
                 gen = torch.Generator().manual_seed(
                     1234 * 1_000_003 + step * args.global_batch + dp_rank * per_rank + first + j)
-                start = torch.randint(0, 128, (1,), generator=gen)
+                start = torch.randint(0, args.vocab, (1,), generator=gen)
                 stride = torch.randint(1, 8, (1,), generator=gen)
-                rows.append((start + stride * torch.arange(args.seq + 1)) % 128)
+                rows.append((start + stride * torch.arange(args.seq + 1)) % args.vocab)
             batch = torch.stack(rows).to(device)
             yield batch[:, :-1], batch[:, 1:], torch.arange(args.seq, device=device).expand(
                 args.micro_batch, -1)
@@ -75,6 +83,17 @@ def main():
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--micro-batch", type=int, default=2)
     parser.add_argument("--global-batch", type=int, default=8)
+    # the model: by default the tiny GPT of model=tiny (bench/anchors.py passes a recipe's)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--ffn", type=int, default=None, help="default: 4 x hidden")
+    parser.add_argument("--vocab", type=int, default=128, help="the mock data's vocabulary")
+    parser.add_argument("--padded-vocab", type=int, default=None,
+                        help="the model's vocabulary; default: --vocab")
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--prefetch", choices=["true", "false"], default="true",
+                        help="fsdp_all_gather_in_start_param_sync")
     args = parser.parse_args()
     on_cpu = not torch.cuda.is_available()
     if on_cpu:

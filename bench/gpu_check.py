@@ -2,36 +2,52 @@
 time, a stage that needs a failed one is skipped with the reason, and the exit code is 0 only if
 every stage passed. Standard library only: it runs before anything is installed.
 
-    python3.12 bench/gpu_check.py [--wheels DIR]    on the GPU machine (bench/gpu_check.sh)
-    python3.12 bench/gpu_check.py --rehearse        the same stages on a CPU machine: a fresh venv,
-                                                    torch from the registry, the rest from DIR
-    python3.12 bench/gpu_check.py --venv .venv      an existing venv: no venv, no install
+    python3 bench/gpu_check.py [--wheels DIR] [--out DIR]   the lent GPU machine (gpu_check.sh)
+    python3 bench/gpu_check.py --rehearse                    the same steps on a CPU machine
+    python3 bench/gpu_check.py --venv .venv --cpu            an existing venv, nothing installed
 
-Everything it learns (stage statuses, versions, whether apex and Transformer Engine import) is
-written to OUT/gpu_check.json, and the sweep's report to OUT/sweep/ (results.md, report.html),
-also when the sweep stopped part way.
+On the GPU machine `python3` is a venv's interpreter that holds torch (the device tool's
+KINDS.md). The wheels bench/gpu_wheels.py prepared (what that image lacks) are installed with
+`pip install --no-index --no-deps --target .gpu-site`, and every stage runs with
+PYTHONPATH=.gpu-site and .gpu-site/bin first on PATH: nothing of the machine's own is replaced.
+`--rehearse` builds that layout on a CPU machine: a venv holding torch and what the project takes
+from the image (its stand-in), then the same install and stages, a tiny CPU sweep and cell.
+
+Stages: [rehearse: wheels, image] install, imports, gpu_tests, sweep, report, anchors. OUT (the
+device tool's $OUT where set) receives at most 7 files: gpu_check.json (every stage, what the
+imports found), results.md and report.html (the sweep's), anchors.json, summary.txt (the screen
+printed last) and logs.tar.gz (each stage's output, the sweep's and the anchors' logs).
 """
 
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-TORCH = "torch==2.11.0"  # the GPU machine's own version (../shared/FACTS.md)
+SITE = ROOT / ".gpu-site"  # where the wheels go, beside the machine's own packages
+REHEARSAL_VENV = ROOT / ".venv-rehearse"  # the rehearsal's stand-in for the machine's image
+GPU_SWEEP = ["+recipe=gpt_1p3b_1gpu_bf16", "fsdp.prefetch_first_param_group=true,false",
+             "cuda_graph.impl=none,full_iteration"]  # 3 valid cells x 1 repeat of 14 steps
+GPU_CELL = ["+recipe=gpt_1p3b_1gpu_bf16"]  # the sweep's baseline: prefetch on, no graph
 
 # Imports the machine's stack and says what it found, one JSON line.
 PROBE = """
 import importlib.metadata, importlib.util, json, torch, megatron.core
+gpu = torch.cuda.is_available()
 print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda,
-    "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    "gpu": torch.cuda.get_device_name() if gpu else None,
+    "gpu_memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30 if gpu else None,
     "megatron_core": importlib.metadata.version("megatron-core"),
+    "megatron_core_from": megatron.core.__file__,
     "apex": importlib.util.find_spec("apex") is not None,
     "transformer_engine": importlib.util.find_spec("transformer_engine") is not None}))
 """
@@ -87,35 +103,56 @@ def run_stages(stages: List[Stage], env: dict) -> bool:
     return all(s.status == "ok" for s in stages)
 
 
-def stages_for(args, venv: Path, out: Path) -> List[Stage]:
-    py, bin_ = str(venv / "bin" / "python"), venv / "bin"
-    wheels = sorted(str(p) for p in Path(args.wheels).glob("*.whl"))
+def install_stages(args, python: str) -> List[Stage]:
+    """The wheels into SITE as the device README shows; rehearsing, first the wheels themselves
+    and the image's stand-in (a venv with torch and what the project takes from the image)."""
     stages = []
-    if not args.venv:
-        make = [sys.executable, "-m", "venv", str(venv)]
-        stages.append(Stage("venv", make if args.rehearse else make + ["--system-site-packages"],
-                            20))
-        if args.rehearse:  # the stand-in for the GPU machine's own torch
-            stages.append(Stage("torch", [py, "-m", "pip", "install", "-q", TORCH], 600, ["venv"]))
-        stages.append(Stage("install", [py, "-m", "pip", "install", "-q", "--no-index",
-                                        "--no-deps", *wheels], 300 if args.rehearse else 90,
-                            ["torch"] if args.rehearse else ["venv"]))
-    installed = [] if args.venv else ["install"]
-    stages.append(Stage("imports", [py, "-c", PROBE], 60, installed))
-    # -s: the tier prints what it measures but does not assert (the first-group events' cost)
-    stages.append(Stage("gpu_tests", [py, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                                      "tests/gpu"], args.tests_timeout, ["imports"]))
-    sweep = out / "sweep"
-    grid = (["+recipe=sweep_tiny_cpu", f"train.steps={args.cpu_steps}", "cuda_graph.warmup_steps=1"]
-            if args.rehearse or args.cpu else
-            # 1.3B on one H200, shrunk to fit: 3 valid cells x 1 repeat of the recipe's 14 steps
-            ["+recipe=gpt_1p3b_1gpu_bf16", "fsdp.prefetch_first_param_group=true,false",
-             "cuda_graph.impl=none,full_iteration"])
-    stages.append(Stage("sweep", [str(bin_ / "launch"), "-m", *grid, "sweep.repeats=1",
-                                  f"hydra.sweep.dir={sweep}"], args.sweep_timeout, ["imports"]))
-    stages.append(Stage("report", [str(bin_ / "launch-report"), str(sweep)], 30, ["sweep"],
-                        always=True))
+    if args.rehearse:
+        venv_py = str(ROOT / ".venv" / "bin" / "python")
+        stages.append(Stage("wheels", [venv_py, "bench/gpu_wheels.py", "--dest", args.wheels],
+                            300))
+        image = (f"set -e; rm -rf {REHEARSAL_VENV}; {sys.executable} -m venv {REHEARSAL_VENV}; "
+                 f"{REHEARSAL_VENV}/bin/pip install -q $({venv_py} bench/gpu_wheels.py "
+                 "--image-pins)")
+        stages.append(Stage("image", ["bash", "-c", image], 900, ["wheels"]))
+    install = (f"rm -rf {SITE} && {python} -m pip install -q --no-index --no-deps --no-compile "
+               f"--no-cache-dir --upgrade --target {SITE} {args.wheels}/*.whl")
+    stages.append(Stage("install", ["bash", "-c", install], 60 if args.rehearse else 45,
+                        ["image"] if args.rehearse else []))
     return stages
+
+
+def check_stages(args, python: str, bin_dir: Path, work: Path, needs: List[str]) -> List[Stage]:
+    """imports, the GPU tier, the sweep and its report, the anchors."""
+    cpu = args.rehearse or args.cpu
+    sweep = work / "sweep"
+    grid = (["+recipe=sweep_tiny_cpu", f"train.steps={args.cpu_steps}", "cuda_graph.warmup_steps=1"]
+            if cpu else GPU_SWEEP)
+    cell = (["+recipe=tiny_cpu", f"train.steps={args.cpu_steps}", "train.warmup_steps=2"]
+            if cpu else GPU_CELL)
+    return [
+        Stage("imports", [python, "-c", PROBE], 30, needs),
+        # -s: the tier prints what it measures but does not assert (the first-group events' cost)
+        Stage("gpu_tests", [python, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                            "tests/gpu"], args.tests_timeout, ["imports"]),
+        Stage("sweep", [str(bin_dir / "launch"), "-m", *grid, "sweep.repeats=1",
+                        f"hydra.sweep.dir={sweep}"], args.sweep_timeout, ["imports"]),
+        Stage("report", [str(bin_dir / "launch-report"), str(sweep)], 20, ["sweep"],
+              always=True),
+        Stage("anchors", [python, "bench/anchors.py", "--out", str(work / "anchors"),
+                          "--timeout", str(args.anchors_timeout), *cell],
+              args.anchors_timeout, ["imports"]),
+    ]
+
+
+def stage_env(args, bin_dir: Path) -> dict:
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONNOUSERSITE="1",
+               PYTHONUNBUFFERED="1")
+    if not args.venv:  # the wheels beside the machine's packages, their scripts first on PATH
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), env.get("PYTHONPATH")) if p)
+        env["PATH"] = os.pathsep.join([str(bin_dir)] + ([str(REHEARSAL_VENV / "bin")]
+                                                        if args.rehearse else []) + [env["PATH"]])
+    return env
 
 
 def probe_result(stages: List[Stage]) -> Optional[dict]:
@@ -125,6 +162,40 @@ def probe_result(stages: List[Stage]) -> Optional[dict]:
     return None
 
 
+def collect(stages: List[Stage], work: Path, out: Path, passed: bool, rehearse: bool) -> str:
+    """Writes OUT's files and returns the screen printed last."""
+    record = {"passed": passed, "rehearse": rehearse, "found": probe_result(stages),
+              "stages": [{k: v for k, v in asdict(s).items() if k != "output"} for s in stages]}
+    (out / "gpu_check.json").write_text(json.dumps(record, indent=2))
+    for stage in stages:
+        (work / "stages").mkdir(parents=True, exist_ok=True)
+        (work / "stages" / f"{stage.name}.log").write_text(stage.output)
+    for source in (work / "sweep" / "results.md", work / "sweep" / "report.html",
+                   work / "anchors" / "anchors.json"):
+        if source.exists():
+            shutil.copy(source, out / source.name)
+    with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
+        for path in sorted(work.rglob("*")):
+            if path.is_file() and path.suffix in (".log", ".json", ".jsonl", ".md", ".csv",
+                                                  ".txt", ".yaml"):
+                tar.add(path, arcname=str(path.relative_to(work)))
+    lines = ["", "[gpu_check] " + "; ".join(f"{s.name} {s.status} ({s.seconds:.0f} s)"
+                                            for s in stages),
+             f"[gpu_check] found: {record['found']}"]
+    results = work / "sweep" / "results.md"
+    if results.exists():  # its first table: one row per cell
+        text = results.read_text().split("\n\n")
+        lines += [block for block in text if block.lstrip().startswith("|")][:1]
+    anchors = next((s for s in stages if s.name == "anchors"), None)
+    if anchors and anchors.output:
+        lines += [l for l in anchors.output.splitlines() if l.startswith(("|", "anchors on"))]
+    lines.append(f"[gpu_check] {'all stages passed' if passed else 'NOT all stages passed'}; "
+                 f"files in {out}")
+    screen = "\n".join(lines)
+    (out / "summary.txt").write_text(screen + "\n")
+    return screen
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheels", default=str(ROOT / ".whl"))
@@ -132,31 +203,33 @@ def main(argv=None) -> int:
     parser.add_argument("--venv", help="use this venv as it is (no venv made, nothing installed)")
     parser.add_argument("--cpu", action="store_true", help="the tiny CPU sweep (as --rehearse)")
     parser.add_argument("--cpu-steps", type=int, default=8,
-                        help="training steps of each run of the tiny CPU sweep")
-    parser.add_argument("--out", default=str(ROOT / "sweeps" /
-                                             time.strftime("gpu_check_%Y%m%d_%H%M%S")))
-    # The limits add up to 500 s, within the 8 minutes one H200 is lent for (venv 20, install 90,
-    # imports 60, GPU tier 120: 7 tiny runs; sweep 180: 3 runs of the 1.3B GPT; report 30).
-    parser.add_argument("--tests-timeout", type=int, default=120)
-    parser.add_argument("--sweep-timeout", type=int, default=180)
+                        help="training steps of each run of the tiny CPU sweep and cell")
+    stamp = time.strftime("gpu_check_%Y%m%d_%H%M%S")
+    parser.add_argument("--work", default=str(ROOT / "sweeps" / stamp),
+                        help="the sweep and every log (default: sweeps/gpu_check_TIME)")
+    parser.add_argument("--out", default=os.environ.get("OUT"),
+                        help="the few files to keep (default: $OUT, else WORK/out)")
+    # On the GPU the limits add up to 530 s, within the 9 minutes the check may take: install 45,
+    # imports 30, GPU tier 150 (12 runs of the tiny GPT), sweep 150 (3 runs of the 1.3B GPT),
+    # report 20, anchors 135 (the 1.3B cell by launch, bare_loop and Megatron-LM's loop).
+    parser.add_argument("--tests-timeout", type=int, default=150)
+    parser.add_argument("--sweep-timeout", type=int, default=150)
+    parser.add_argument("--anchors-timeout", type=int, default=135)
     args = parser.parse_args(argv)
-    out = Path(args.out).resolve()
+    args.wheels = str(Path(args.wheels).resolve())
+    work = Path(args.work).resolve()
+    out = Path(args.out).resolve() if args.out else work / "out"
     out.mkdir(parents=True, exist_ok=True)
-    venv = Path(args.venv).resolve() if args.venv else \
-        ROOT / (".venv-rehearse" if args.rehearse else ".venv-gpu")
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONNOUSERSITE="1")
-    stages = stages_for(args, venv, out)
-    passed = run_stages(stages, env)
-    record = {"passed": passed, "rehearse": args.rehearse, "found": probe_result(stages),
-              "stages": [{k: v for k, v in asdict(s).items() if k != "output"} for s in stages]}
-    (out / "gpu_check.json").write_text(json.dumps(record, indent=2))
-    print("\n[gpu_check] " + "; ".join(f"{s.name} {s.status}" for s in stages))
-    print(f"[gpu_check] found: {record['found']}")
-    results = out / "sweep" / "results.md"
-    if results.exists():
-        print(results.read_text())
-    print(f"[gpu_check] {'all stages passed' if passed else 'NOT all stages passed'}; "
-          f"record in {out / 'gpu_check.json'}")
+    if args.venv:
+        bin_dir = Path(args.venv).resolve() / "bin"
+        python, stages = str(bin_dir / "python"), []
+    else:
+        bin_dir = SITE / "bin"
+        python = str(REHEARSAL_VENV / "bin" / "python") if args.rehearse else sys.executable
+        stages = install_stages(args, python)
+    stages += check_stages(args, python, bin_dir, work, ["install"] if stages else [])
+    passed = run_stages(stages, stage_env(args, bin_dir))
+    print(collect(stages, work, out, passed, args.rehearse))
     return 0 if passed else 1
 
 

@@ -1,12 +1,16 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-LAUNCH = str(Path(sys.executable).parent / "launch")
+# `launch` beside this interpreter (a venv), else on PATH: on the lent GPU machine the GPU check
+# installs it with --target, next to the machine's own python3 (bench/gpu_check.py)
+_BESIDE = Path(sys.executable).parent / "launch"
+LAUNCH = str(_BESIDE) if _BESIDE.exists() else (shutil.which("launch") or str(_BESIDE))
 
 # The path users take, shrunk for a CPU: the gpt recipe (bf16, full sharding) on the tiny model,
 # with the recipe's warmups scaled to a 10-step run.

@@ -1,0 +1,193 @@
+"""The launcher's throughput against two anchors on one cell, measured in one invocation: the same
+GPT (sizes, precision, batch, Megatron-FSDP settings, mock data) trained by `launch`, by
+bench/bare_loop.py (megatron-core with no launcher) and by Megatron-LM's own training loop
+(bench/megatron_lm_loop.py: `megatron.training.pretrain`).
+
+    python bench/anchors.py [--out DIR] LAUNCH_OVERRIDES...
+    e.g. python bench/anchors.py +recipe=gpt_1p3b_1gpu_bf16           (one GPU)
+         python bench/anchors.py +recipe=tiny_cpu train.steps=12       (a CPU)
+
+The cell is what `launch LAUNCH_OVERRIDES` trains; the anchors get its model, batch, precision,
+switch and step count from the run's summary, and drop the same first train.warmup_steps steps.
+Each run's throughput follows the launcher's one definition (the median over steady-state steps
+of the per-step rate; FLOPs per step by Megatron-LM's formula). Prints a table: step time, tokens/s/GPU,
+TFLOP/s/GPU and MFU of each, and the ratio of the launcher's median steady-state step to each
+anchor's (above 1: the launcher is slower); Megatron-LM's own logged TFLOP/s/GPU beside it. Writes
+OUT/anchors.json. Exit 0 when every anchor ran or was skipped with its reason (Megatron-LM's loop
+where megatron.training cannot run: it needs CUDA), 1 otherwise.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from launcher.run import metrics  # noqa: E402  (pure Python)
+
+SKIPPED = 3  # bench/megatron_lm_loop.py's exit code where it cannot run here, with the reason
+
+
+def launch_command() -> str:
+    """`launch` next to this interpreter (a venv), else on PATH (the GPU check's --target)."""
+    beside = Path(sys.executable).parent / "launch"
+    return str(beside) if beside.exists() else (shutil.which("launch") or "launch")
+
+
+def run(command: List[str], log: Path, timeout: float) -> subprocess.CompletedProcess:
+    """The command with its output kept in `log`."""
+    env = dict(os.environ, WANDB_SILENT="true", PYTHONPATH=os.pathsep.join(
+        p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p))
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        proc = subprocess.CompletedProcess(command, 124, err.stdout or "", err.stderr or "")
+        proc.stdout = proc.stdout if isinstance(proc.stdout, str) else proc.stdout.decode()
+        proc.stderr = (proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode()) + \
+            f"\ntimed out after {timeout:.0f} s"
+    log.write_text(f"$ {' '.join(command)}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def torchrun(script: str, args: List[str]) -> List[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+            str(ROOT / "bench" / script), *args]
+
+
+def bare_loop_args(model: dict, train: dict, fsdp: dict, padded_vocab: int) -> List[str]:
+    args = ["--steps", str(train["steps"]), "--seq", str(model["seq_length"]),
+            "--micro-batch", str(train["micro_batch_size"]),
+            "--global-batch", str(train["global_batch_size"]), "--layers", str(model["num_layers"]),
+            "--hidden", str(model["hidden_size"]), "--heads", str(model["num_attention_heads"]),
+            "--ffn", str(model["ffn_hidden_size"] or 4 * model["hidden_size"]),
+            "--vocab", str(model["vocab_size"] or model["mock_vocab_size"]),
+            "--padded-vocab", str(padded_vocab),
+            "--prefetch", str(fsdp["prefetch_first_param_group"]).lower()]
+    return args + (["--bf16"] if train["precision"] == "bf16" else [])
+
+
+def megatron_lm_args(model: dict, train: dict, fsdp: dict, graph: dict) -> List[str]:
+    """Megatron-LM's own flags for the same GPT, batch, precision and M-FSDP settings."""
+    args = ["--num-layers", model["num_layers"], "--hidden-size", model["hidden_size"],
+            "--num-attention-heads", model["num_attention_heads"],
+            "--ffn-hidden-size", model["ffn_hidden_size"] or 4 * model["hidden_size"],
+            "--seq-length", model["seq_length"], "--max-position-embeddings", model["seq_length"],
+            "--vocab-size", model["vocab_size"] or model["mock_vocab_size"],
+            "--micro-batch-size", train["micro_batch_size"],
+            "--global-batch-size", train["global_batch_size"], "--train-iters", train["steps"],
+            "--lr", train["lr"], "--weight-decay", train["weight_decay"],
+            "--clip-grad", train["grad_clip"], "--seed", train["seed"],
+            "--prefetch-first-param-group", str(fsdp["prefetch_first_param_group"]).lower(),
+            "--cuda-graph-impl", graph["impl"], "--cuda-graph-warmup-steps", graph["warmup_steps"]]
+    if train["precision"] == "bf16":
+        args.append("--bf16")
+    return [str(a) for a in args]
+
+
+def rates(times: List[float], summary: dict) -> dict:
+    """Step time and throughput of steady-state step times, by the launcher's definitions."""
+    world = summary["world_size"]
+    per_s = metrics.median_per_step(
+        lambda t: metrics.tflops_per_gpu(summary["flops_per_step"], t, world), times) * 1e12
+    return {"step_time_s_p50": statistics.median(times),
+            "tokens_per_s_per_gpu": metrics.median_per_step(
+                lambda t: metrics.tokens_per_s_per_gpu(summary["tokens_per_step"], t, world),
+                times),
+            "tflops_per_gpu": per_s / 1e12, "mfu": metrics.mfu(per_s, summary["peak_flops"]),
+            "steps": len(times)}
+
+
+def last_json(text: str) -> Optional[dict]:
+    lines = [l for l in text.strip().splitlines() if l.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def measure(overrides: List[str], out: Path, timeout: float) -> dict:
+    """Runs the three and returns what anchors.json holds."""
+    result = {"overrides": overrides, "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "launch"
+        proc = run([launch_command(), *overrides, "logging.wandb.mode=disabled",
+                    f"hydra.run.dir={run_dir}"], out / "anchor_launch.log", timeout)
+        if proc.returncode != 0 or not (run_dir / "summary.json").exists():
+            result["runs"]["launch"] = {"status": f"failed (exit {proc.returncode})"}
+            return result
+        summary = json.loads((run_dir / "summary.json").read_text())
+    cfg = summary["config"]
+    model, train, fsdp, graph = cfg["model"], cfg["train"], cfg["fsdp"], cfg["cuda_graph"]
+    warmup = train["warmup_steps"]
+    result.update(device=summary["device"], world_size=summary["world_size"],
+                  flops_per_step=summary["flops_per_step"], peak_flops=summary["peak_flops"])
+    result["runs"]["launch"] = {"status": "ok", **rates(summary["steady_state_step_times_s"],
+                                                        summary)}
+    padded = _padded(model["vocab_size"], cfg["parallel"]["tensor_model_parallel_size"])
+    anchors = {"bare_loop": torchrun("bare_loop.py", bare_loop_args(model, train, fsdp, padded)),
+               "megatron_lm": torchrun("megatron_lm_loop.py",
+                                       megatron_lm_args(model, train, fsdp, graph))}
+    for name, command in anchors.items():
+        proc = run(command, out / f"anchor_{name}.log", timeout)
+        found = last_json(proc.stdout) if proc.returncode == 0 else None
+        if proc.returncode == SKIPPED:
+            reason = (proc.stdout + proc.stderr).strip().splitlines()[-1]
+            result["runs"][name] = {"status": f"skipped ({reason})"}
+        elif found is None:
+            result["runs"][name] = {"status": f"failed (exit {proc.returncode})"}
+        else:
+            times = found.get("step_times_s") or found["iteration_times_s"]
+            entry = {"status": "ok", **rates(times[warmup:], summary)}
+            if found.get("tflops_per_gpu"):  # what Megatron-LM itself logged
+                entry["own_tflops_per_gpu_p50"] = statistics.median(
+                    found["tflops_per_gpu"][warmup:])
+            entry["launcher_step_ratio"] = (result["runs"]["launch"]["step_time_s_p50"]
+                                            / entry["step_time_s_p50"])
+            result["runs"][name] = entry
+    return result
+
+
+def _padded(vocab: int, tensor_parallel_size: int) -> int:
+    """The model's vocabulary as the launcher pads it (ModelConfig.padded_vocab_size)."""
+    multiple = 128 * tensor_parallel_size
+    return -(-vocab // multiple) * multiple
+
+
+def table(result: dict) -> str:
+    def cell(run: dict, key: str, fmt: str, scale: float = 1.0) -> str:
+        return "-" if run.get(key) is None else format(scale * run[key], fmt)
+
+    lines = [f"anchors on {result.get('device')}: {' '.join(result['overrides'])}",
+             "| run | status | step p50 ms | tokens/s/GPU | TFLOP/s/GPU | MFU | launcher step / "
+             "this | its own TFLOP/s/GPU |", "|---|---|---|---|---|---|---|---|"]
+    for name, run in result["runs"].items():
+        lines.append(" | ".join([
+            f"| {name}", run["status"], cell(run, "step_time_s_p50", ".1f", 1e3),
+            cell(run, "tokens_per_s_per_gpu", ".0f"), cell(run, "tflops_per_gpu", ".3g"),
+            cell(run, "mfu", ".3f"), cell(run, "launcher_step_ratio", ".3f"),
+            cell(run, "own_tflops_per_gpu_p50", ".3g")]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=".")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds, each of the 3 runs")
+    args, overrides = parser.parse_known_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = measure(overrides, out, args.timeout)
+    (out / "anchors.json").write_text(json.dumps(result, indent=2))
+    print(table(result))
+    ok = all(r["status"] == "ok" or r["status"].startswith("skipped")
+             for r in result["runs"].values())
+    return 0 if ok and len(result["runs"]) == 3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
