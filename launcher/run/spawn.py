@@ -20,6 +20,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from launcher.run import ranks
 from launcher.config import Config, ConfigError, Device, check_world_size
+from launcher.run.crashes import crash_log_path, crash_report, remove_empty
 from launcher.run.failures import classify_failure, excerpt
 from launcher.run.support import check_device
 from launcher.files import write_json_atomic
@@ -70,8 +71,10 @@ def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str,
         results = elastic_launch(launch_config, run_rank)(cfg, resolved, run_dir, device_type,
                                                            resume_from)
     except ChildFailedError as err:
-        return report_failure(failure_summary(err), resolved, run_dir, write=nnodes == 1
-                              or 0 in err.failures)
+        return report_failure(failure_summary(err, run_dir), resolved, run_dir,
+                              write=nnodes == 1 or 0 in err.failures)
+    finally:
+        remove_empty(run_dir)
     if 0 not in results:  # another node holds global rank 0 and writes the summary
         print(f"[launch] ok: ranks {sorted(results)} of this node finished; the node of rank 0 "
               "writes the summary", flush=True)
@@ -119,14 +122,21 @@ def report_failure(failure: dict, resolved: dict, run_dir: str, write: bool) -> 
     return 1
 
 
-def failure_summary(err: ChildFailedError) -> dict:
-    """The first failing rank, its status (launcher.failures) and the end of its traceback."""
+def failure_summary(err: ChildFailedError, run_dir: str) -> dict:
+    """The first failing rank, its status (launcher.failures) and the end of its traceback; for
+    a rank killed by a signal, where it died (its crash log, launcher.run.crashes)."""
     rank, failure = err.get_first_failure()
     message, callstack = failure.message, ""
     if isinstance(message, dict):  # the error file of a Python entry point
         callstack = message.get("extraInfo", {}).get("py_callstack", "")
         message = message.get("message", str(message))
     text = f"{callstack}\n{message}"
-    return {"status": classify_failure(failure.exitcode, text), "failed_rank": rank,
-            "exitcode": failure.exitcode, "message": str(message).strip().splitlines()[-1],
-            "log_excerpt": excerpt(callstack or str(message))}
+    summary = {"status": classify_failure(failure.exitcode, text), "failed_rank": rank,
+               "exitcode": failure.exitcode, "message": str(message).strip().splitlines()[-1],
+               "log_excerpt": excerpt(callstack or str(message))}
+    crashed = crash_report(run_dir, rank) if failure.exitcode < 0 else None
+    if crashed:
+        top, stack = crashed
+        summary.update(message=f"{summary['message']} at {top}", log_excerpt=stack,
+                       crash_log=crash_log_path(run_dir, rank))
+    return summary

@@ -1,6 +1,5 @@
 """One rank of a run, in a fresh process: init, build, train, and (rank 0) write the outputs."""
 
-import faulthandler
 import os
 import resource
 import socket
@@ -9,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from launcher.run import cpu_compat, metrics, notices, ranks
+from launcher.run import cpu_compat, crashes, metrics, notices, ranks
 from launcher.config import Config, WandbMode
 from launcher.run.environment import RECORDED
 from launcher.run.outputs import (
@@ -22,7 +21,15 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
     """The function every rank runs; returns rank 0's summary (other ranks: {}). `resume_from`:
     a checkpoint the launch process found and checked (launcher.checkpoint.find_resume)."""
     notices.install()
-    faulthandler.enable(all_threads=True)  # a crash in native code prints each thread's stack
+    me = ranks.layout()
+    crash_log = crashes.keep_stacks(run_dir, me.rank)  # a fatal signal leaves every stack there
+    try:
+        return _run_rank(cfg, resolved, run_dir, device_type, resume_from, me)
+    finally:
+        crashes.disarm(crash_log)
+
+
+def _run_rank(cfg, resolved, run_dir, device_type, resume_from, me) -> dict:
     on_cpu = device_type == "cpu"
     if on_cpu:
         # runtime.device=cpu on a GPU machine: this rank sees no GPU (CUDA reads the variable at
@@ -30,7 +37,6 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
         # make the layer refuse
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         cpu_compat.activate()  # before megatron is imported
-    me = ranks.layout()
     if not on_cpu:
         torch.cuda.set_device(me.local_rank)
     torch.distributed.init_process_group("gloo" if on_cpu else "nccl",

@@ -3,6 +3,7 @@ loss stops the run before the optimizer step."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,6 +62,23 @@ def test_a_killed_rank_fails_the_job_within_60_s_and_is_named(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "rank_died" and summary["failed_rank"] == 1
     assert "error: rank 1 failed (rank_died)" in err
+
+
+def test_a_rank_killed_by_a_signal_leaves_its_stack_and_the_summary_says_where(tmp_path):
+    proc, run_dir = start_and_wait_for_steps(tmp_path)
+    os.kill(rank_pid(proc.pid, 1), signal.SIGSEGV)
+    _, err, _ = finish(proc, 90)
+    assert proc.returncode == 1
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "rank_died" and summary["failed_rank"] == 1
+    # the crashing thread's newest frames, e.g. "... (SIGSEGV) ... at wait (... .py:123) <- ..."
+    assert re.search(r"SIGSEGV.* at .*\(\w+\.py:\d+\)", summary["message"]), summary["message"]
+    stack = (run_dir / "crash.rank1.log").read_text()
+    assert "Fatal Python error: Segmentation fault" in stack and "Current thread" in stack
+    assert "Fatal Python error: Segmentation fault" in summary["log_excerpt"]
+    assert summary["crash_log"] == str(run_dir / "crash.rank1.log")
+    assert not (run_dir / "crash.rank0.log").exists()  # stopped by the launcher: no stack
+    assert summary["message"] in err
 
 
 def test_a_stalled_rank_times_out_as_configured(tmp_path):
