@@ -1,10 +1,12 @@
 """Runs the shapes that crashed (issue 27: a SIGSEGV of CPU runs, 1 and 2 ranks) many times and
 counts the runs that died of a signal, with where they died.
 
-    .venv/bin/python bench/stress.py [--runs 200] [--minutes M] [--out DIR] [--load both]
+    .venv/bin/python bench/stress.py [--runs 200] [--steps 12] [--minutes M] [--out DIR]
+                                     [--load both]
 
 Each run is `launch +recipe=gpt model=tiny` on the CPU (the gpt recipe shrunk, wandb offline as
-the recipe has it), 12 steps, cycling over ranks {1, 2} x precision {fp32, bf16} x the switch
+the recipe has it), --steps steps (12, as the crashing sweep; more steps a run spend less of
+the machine's time starting processes), cycling over ranks {1, 2} x precision {fp32, bf16} x the switch
 {true, false} x a CPU-bound job beside it or not (`--load`: both, on, off). A run killed by a
 signal keeps its folder (crash.rankN.log: every thread's stack) under OUT/crashes/; the others
 are deleted. Every run is a line of OUT/runs.jsonl (appended: a second invocation with the same
@@ -35,14 +37,14 @@ def shapes(load: str):
         for l in loads for r in (1, 2) for p in ("fp32", "bf16") for s in ("true", "false")])
 
 
-def run_once(shape: dict, folder: Path, timeout: float) -> dict:
+def run_once(shape: dict, steps: int, folder: Path, timeout: float) -> tuple:
     burner = subprocess.Popen([sys.executable, "-c", BURNER]) if shape["load"] else None
     run_dir = folder / f"run-{time.time_ns()}"
     env = dict(os.environ, WANDB_SILENT="true", HOME=str(folder / "home"))
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            [LAUNCH, "+recipe=gpt", "model=tiny", "train.steps=12", "train.warmup_steps=2",
+            [LAUNCH, "+recipe=gpt", "model=tiny", f"train.steps={steps}", "train.warmup_steps=2",
              "train.lr_warmup_steps=2", "train.global_batch_size=8", "train.micro_batch_size=2",
              f"train.precision={shape['precision']}",
              f"fsdp.prefetch_first_param_group={shape['prefetch']}", "runtime.device=cpu",
@@ -55,7 +57,8 @@ def run_once(shape: dict, folder: Path, timeout: float) -> dict:
         if burner:
             burner.kill()
             burner.wait()
-    record = {**shape, "exit": code, "seconds": round(time.monotonic() - start, 1)}
+    record = {**shape, "steps": steps, "exit": code,
+              "seconds": round(time.monotonic() - start, 1)}
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
@@ -69,6 +72,7 @@ def run_once(shape: dict, folder: Path, timeout: float) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=12, help="training steps of each run")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this long")
     parser.add_argument("--out", default=str(ROOT / "sweeps" / "stress"))
     parser.add_argument("--load", choices=["both", "on", "off"], default="both")
@@ -81,7 +85,7 @@ def main(argv=None) -> int:
     for n, shape in zip(range(args.runs), shapes(args.load)):
         if deadline and time.monotonic() > deadline:
             break
-        record, run_dir = run_once(shape, work, args.timeout)
+        record, run_dir = run_once(shape, args.steps, work, args.timeout)
         with open(out / "runs.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if record["status"] != "ok":
@@ -100,7 +104,8 @@ def tally(path: Path) -> str:
     per_shape = Counter((r["ranks"], r["precision"], r["prefetch"], r["load"]) for r in records)
     died = [r for r in records if r["status"] == "rank_died"]
     died_per_shape = Counter((r["ranks"], r["precision"], r["prefetch"], r["load"]) for r in died)
-    lines = [f"{len(records)} runs, {len(died)} killed by a signal, "
+    steps = sum(r.get("steps", 12) for r in records)
+    lines = [f"{len(records)} runs ({steps} steps), {len(died)} killed by a signal, "
              f"{sum(r['status'] not in ('ok', 'rank_died') for r in records)} failed otherwise",
              "ranks precision prefetch load: runs, signal deaths"]
     lines += [f"  {k[0]} {k[1]} {k[2]} {'on ' if k[3] else 'off'}: {v}, {died_per_shape[k]}"

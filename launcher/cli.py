@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.run import checkpoint, ranks
 from launcher.run.environment import run_environment
+from launcher.run.outputs import check_folders, check_wandb_login
 from launcher.run.support import check_support
 from launcher.config import Config, ConfigError, check_world_size, to_config
 
@@ -53,6 +54,9 @@ def _main(composed: DictConfig) -> None:
             check_data(cfg.data, cfg.model.vocab_size)
         cfg = with_vocab(cfg)  # before anything compares the model section
         resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
+        checkpoint.check_writable(cfg.train.checkpoint, run_dir)
+        check_folders(cfg.logging, cfg.data)
+        check_wandb_login(cfg.logging.wandb)
         check_support(cfg.model, cfg.parallel)
         environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
     except ConfigError as err:

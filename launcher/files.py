@@ -6,6 +6,8 @@ Standard library only; every stage (config aside, which writes nothing) may impo
 import json
 import os
 import tempfile
+from pathlib import Path
+from typing import Optional
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -32,3 +34,15 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def unwritable(folder: str) -> Optional[str]:
+    """Why `folder` cannot be made and written (None when it can), without making it: its
+    nearest existing ancestor must be a writable directory."""
+    path = Path(folder).absolute()
+    nearest = next(p for p in (path, *path.parents) if p.exists())
+    if not nearest.is_dir():
+        return f"{nearest} is a file"
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        return f"{nearest} is not writable"
+    return None

@@ -12,7 +12,7 @@ from launcher.config.choices import (
     ShardingStrategy,
 )
 
-from launcher.config.error import ConfigError, positive
+from launcher.config.error import ConfigError, positive, size_or_null
 
 
 @dataclass
@@ -50,8 +50,8 @@ class ModelConfig:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
                     "mock_vocab_size"):
             positive(f"model.{key}", getattr(self, key))
-        if self.vocab_size is not None:
-            positive("model.vocab_size", self.vocab_size)
+        for key in ("vocab_size", "ffn_hidden_size", "num_query_groups"):
+            size_or_null(f"model.{key}", getattr(self, key))
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} is not divisible by "
@@ -59,7 +59,7 @@ class ModelConfig:
                 "pick sizes where heads divide hidden_size"
             )
         groups = self.num_query_groups
-        if groups is not None and (groups < 1 or self.num_attention_heads % groups):
+        if groups is not None and self.num_attention_heads % groups:
             raise ConfigError(
                 f"model.num_query_groups={groups} must divide "
                 f"model.num_attention_heads={self.num_attention_heads}; set a divisor or null"
@@ -151,6 +151,8 @@ class FsdpConfig:
     gradients' dtype, as Megatron-LM."""
 
     def __post_init__(self):
+        for key in ("bucket_size", "suggested_communication_unit_size"):
+            size_or_null(f"fsdp.{key}", getattr(self, key))
         strategy = ShardingStrategy(self.sharding_strategy)
         # Megatron-FSDP forces these on for the sharded strategies; refuse instead of rewriting.
         if strategy == ShardingStrategy.optim_grads_params and not self.overlap_param_gather:

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 
 from launcher.config.choices import DataKind, Device, LrSchedule, Precision, WandbMode
 
-from launcher.config.error import ConfigError, positive
+from launcher.config.error import ConfigError, positive, size_or_null, text_or_null
 
 
 @dataclass
@@ -29,6 +29,8 @@ class CheckpointConfig:
         if self.interval < 0:
             raise ConfigError(f"train.checkpoint.interval={self.interval} must be >= 0; "
                               "set 0 (no checkpoints) or a number of steps")
+        for key in ("dir", "resume"):
+            text_or_null(f"train.checkpoint.{key}", getattr(self, key))
 
 
 @dataclass
@@ -76,6 +78,7 @@ class TrainConfig:
     def __post_init__(self):
         for key in ("steps", "micro_batch_size", "global_batch_size"):
             positive(f"train.{key}", getattr(self, key))
+        size_or_null("train.inject_nan_at_step", self.inject_nan_at_step)
         if self.global_batch_size % self.micro_batch_size:
             raise ConfigError(
                 f"train.global_batch_size={self.global_batch_size} is not divisible by "
@@ -85,6 +88,16 @@ class TrainConfig:
             raise ConfigError(f"train.lr={self.lr} must be positive; set train.lr > 0")
         if self.grad_clip < 0:
             raise ConfigError(f"train.grad_clip={self.grad_clip} must be >= 0; use 0 to turn it off")
+        # megatron's OptimizerParamScheduler asserts 0 <= min_lr <= max_lr (a rank's traceback)
+        if not 0 <= self.min_lr <= self.lr:
+            raise ConfigError(f"train.min_lr={self.min_lr} must lie between 0 and "
+                              f"train.lr={self.lr}; set train.min_lr to at most train.lr")
+        if self.weight_decay < 0:
+            raise ConfigError(f"train.weight_decay={self.weight_decay} must be >= 0; use 0 to "
+                              "turn it off")
+        if not 0 <= self.seed < 2**32:  # numpy's seed range: a rank's traceback otherwise
+            raise ConfigError(f"train.seed={self.seed} must lie between 0 and 2**32-1; set "
+                              "train.seed to such an integer")
         if self.warmup_steps < 0:
             raise ConfigError(f"train.warmup_steps={self.warmup_steps} must be >= 0")
         if self.eval_interval < 0:
@@ -114,6 +127,7 @@ class DataConfig:
     """indexed: where megatron-core caches its sample indices; null: <run dir>/data_cache."""
 
     def __post_init__(self):
+        text_or_null("data.cache_dir", self.cache_dir)
         if DataKind(self.kind) == DataKind.indexed and not self.path:
             raise ConfigError("data=indexed needs data.path; set data.path=PREFIX (the output of "
                               "`launch-prepare`), or \"W1 PREFIX1 W2 PREFIX2\" to blend")
@@ -160,6 +174,12 @@ class WandbConfig:
     """wandb's own console output (its banner and run summary); off, a run prints one wandb line:
     where the run is and how to send or open it."""
 
+    def __post_init__(self):
+        for key in ("entity", "group", "name"):
+            text_or_null(f"logging.wandb.{key}", getattr(self, key))
+        if not self.project.strip():
+            raise ConfigError("logging.wandb.project is empty; give it a name")
+
 
 @dataclass
 class TensorboardConfig:
@@ -173,6 +193,10 @@ class TensorboardConfig:
     name: Optional[str] = None
     """The run's folder under logging.tensorboard.dir, its name in TensorBoard; null: the run
     directory's name (a sweep names each run by its cell and repeat)."""
+
+    def __post_init__(self):
+        for key in ("dir", "name"):
+            text_or_null(f"logging.tensorboard.{key}", getattr(self, key))
 
 
 @dataclass
@@ -220,8 +244,7 @@ class RuntimeConfig:
     def __post_init__(self):
         positive("runtime.timeout_s", self.timeout_s)
         for key in ("nproc_per_node", "nnodes"):
-            if getattr(self, key) is not None:
-                positive(f"runtime.{key}", getattr(self, key))
+            size_or_null(f"runtime.{key}", getattr(self, key))
         if self.rdzv_endpoint is not None and not re.fullmatch(r"[^:\s]+:\d{1,5}",
                                                                 self.rdzv_endpoint):
             raise ConfigError(f"runtime.rdzv_endpoint={self.rdzv_endpoint} is not HOST:PORT; "

@@ -82,7 +82,8 @@ def check_data(data, vocab_size: Optional[int]) -> None:
 
 def read_index(prefix: str) -> tuple:
     """(sequence lengths, token dtype, documents) from PREFIX.idx; ConfigError naming the file
-    if bad."""
+    if it is missing, truncated or does not agree with itself (megatron-core's _IndexReader:
+    a 34-byte header, then int32 lengths, int64 byte offsets and int64 document bounds)."""
     path = Path(f"{prefix}.idx")
     try:
         with open(path, "rb") as f:
@@ -90,19 +91,30 @@ def read_index(prefix: str) -> tuple:
             if header != HEADER:
                 raise ConfigError(f"data.path: {path} is not a megatron-core index; prepare "
                                   "the dataset with `launch-prepare`")
-            _version, code, count, document_bounds = struct.unpack("<QBQQ", f.read(25))
-            lengths = np.frombuffer(f.read(4 * count), dtype=np.int32)
+            _version, code, count, bounds = struct.unpack("<QBQQ", f.read(25))
+        size = path.stat().st_size
     except FileNotFoundError:
         raise ConfigError(f"data.path: {path} does not exist; run `launch-prepare ... --output "
                           f"{prefix}` or fix data.path") from None
     except (OSError, struct.error) as err:
         raise ConfigError(f"data.path: {path} is unreadable ({err}); prepare it again") from None
-    if code not in DTYPES or len(lengths) != count:
-        raise ConfigError(f"data.path: {path} is truncated or corrupt; prepare it again")
+    expected = 34 + 12 * count + 8 * bounds
+    if code not in DTYPES or size not in (expected, expected + count):  # + modes: multimodal
+        raise ConfigError(f"data.path: {path} is truncated or corrupt ({size} bytes, its header "
+                          f"describes {expected}); prepare it again")
     if count == 0:
         raise ConfigError(f"data.path: {path} indexes no documents; prepare it from "
                           "non-empty input")
-    return lengths, DTYPES[code], max(document_bounds - 1, 0)  # N documents, N + 1 bounds
+    lengths = np.fromfile(path, dtype=np.int32, count=count, offset=34)
+    offsets = np.fromfile(path, dtype=np.int64, count=count, offset=34 + 4 * count)
+    documents = np.fromfile(path, dtype=np.int64, count=bounds, offset=34 + 12 * count)
+    itemsize = np.dtype(DTYPES[code]).itemsize
+    starts = np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64)]) * itemsize
+    if (lengths < 0).any() or not np.array_equal(offsets, starts) or len(documents) < 2 \
+            or documents[0] != 0 or documents[-1] != count or (np.diff(documents) < 0).any():
+        raise ConfigError(f"data.path: {path} is corrupt (its lengths, offsets and document "
+                          "bounds do not agree); prepare it again")
+    return lengths, DTYPES[code], bounds - 1  # N documents, N + 1 bounds
 
 
 def tokenizer_of(prefix: str) -> SimpleNamespace:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from launcher.config import CheckpointConfig, ConfigError, ModelConfig, TrainConfig
+from launcher.files import unwritable
 
 PATTERN = re.compile(r"step_(\d{7})")
 MARKER = "launcher.json"
@@ -27,6 +28,19 @@ FORMAT = "fsdp_dtensor"
 
 def checkpoint_dir(ckpt: CheckpointConfig, run_dir: str) -> str:
     return ckpt.dir or os.path.join(run_dir, "checkpoints")
+
+
+def check_writable(ckpt: CheckpointConfig, run_dir: str) -> None:
+    """Checkpoints on: their folder exists as a writable directory, or can be made. Refused in
+    the launch process, not at the first save after training for an interval."""
+    if not ckpt.interval:
+        return
+    folder = checkpoint_dir(ckpt, run_dir)
+    why = unwritable(folder)
+    if why:
+        key = "train.checkpoint.dir" if ckpt.dir else "hydra.run.dir"
+        raise ConfigError(f"train.checkpoint: {folder} cannot hold checkpoints ({why}); set "
+                          f"{key} to a writable directory")
 
 
 def step_dir(folder: str, step: int) -> str:

@@ -20,6 +20,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from launcher.run import ranks
 from launcher.run.environment import run_environment
+from launcher.run.checkpoint import check_writable
+from launcher.run.outputs import check_folders, check_wandb_login
 from launcher.run.support import check_device, check_support
 from launcher.sweep.error import SweepError
 from launcher.sweep.slurm import check_launcher, is_submitit
@@ -151,14 +153,18 @@ def check_cell_world(cfg: Config, launcher: DictConfig) -> None:
 
 def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
                  keys: List[str], launcher: DictConfig) -> tuple:
-    """(resolved dict or None, swept values, reason or ""): the cell as its job will see it."""
+    """(resolved dict, swept values, reason or ""): the cell as its job will see it. A value
+    that does not compose (a typo in a boolean, a choice that does not exist) is a mistake in
+    the command, not an incompatible cell: ConfigError for the whole sweep."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
+
+    from launcher.config.explain import explain
 
     try:
         composed = load(overrides)
     except (HydraException, OmegaConfBaseException) as err:
-        return None, {k: "?" for k in keys}, str(err).strip().splitlines()[0]
+        raise ConfigError(f"{explain(err)} (no cell of the sweep was run)") from None
     choices = dict(composed.hydra.runtime.choices)
     with read_write(composed), open_dict(composed):
         del composed["hydra"]
@@ -171,6 +177,9 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
         check_steady_state(cfg)
         check_cell_world(cfg, launcher)
         check_support(cfg.model, cfg.parallel)
+        if cfg.train.checkpoint.dir:  # else each run's own folder, made by the sweep
+            check_writable(cfg.train.checkpoint, "")
+        check_folders(cfg.logging, cfg.data)
         if cfg.runtime.device == Device.cpu:  # auto: known where the job runs, checked there
             check_device(cfg.fsdp, "cpu")
         run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
@@ -194,13 +203,13 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     """Expands and validates the whole grid; raises SweepError/ConfigError for the sweep as a whole."""
     sweep: SweepConfig = OmegaConf.to_object(master.sweep)
     check_launcher(master.hydra.launcher, master.runtime.dry_run)
+    check_wandb_login(OmegaConf.to_object(master.logging).wandb)  # once, for the whole sweep
     keys, grid = expand_grid(arguments, config_loader)
     sweep_dir = str(master.hydra.sweep.dir)
     cells, seen = [], {}
     for overrides in grid:
         resolved, values, reason = compose_cell(load, overrides, keys, master.hydra.launcher)
-        ident = cell_id(resolved) if resolved else hashlib.sha256(
-            "\n".join(overrides).encode()).hexdigest()[:10]
+        ident = cell_id(resolved)
         if not reason and ident in seen:
             reason = f"resolves to the same config as cell {seen[ident]}; drop one of them"
         seen.setdefault(ident, label(values))

@@ -103,6 +103,31 @@ CATALOGUE = [
     # where the run writes
     (["hydra.run.dir=/etc/hostname/run"], "cannot write /etc/hostname/run: Not a directory; set "
                                           "hydra.run.dir"),
+    (["train.checkpoint.interval=5", "train.checkpoint.dir=/etc/hostname/ckpt"],
+     "train.checkpoint: /etc/hostname/ckpt cannot hold checkpoints (/etc/hostname is a file); "
+     "set train.checkpoint.dir to a writable directory"),
+    (["logging.tensorboard.enabled=true", "logging.tensorboard.dir=/etc/hostname/tb"],
+     "logging.tensorboard.dir=/etc/hostname/tb cannot be written (/etc/hostname is a file)"),
+    (["data.cache_dir=/etc/hostname/cache"],
+     "data.cache_dir=/etc/hostname/cache cannot be written (/etc/hostname is a file); set "
+     "data.cache_dir to a writable directory, or null"),
+    # values megatron would assert on inside a rank, or numpy refuse
+    (["train.min_lr=1"], "train.min_lr=1.0 must lie between 0 and train.lr"),
+    (["train.weight_decay=-1"], "train.weight_decay=-1.0 must be >= 0"),
+    (["train.seed=-1"], "train.seed=-1 must lie between 0 and 2**32-1"),
+    # a sweep value that is not a value of its key refuses the whole sweep, before any run
+    (["-m", "fsdp.prefetch_first_param_group=true,ture"],
+     "give fsdp.prefetch_first_param_group true or false (no cell of the sweep was run)"),
+    (["-m", "cuda_graph.impl=none,fulliteration"],
+     "set cuda_graph.impl to one of those (no cell of the sweep was run)"),
+    (["-m", "model=tiny,huge"], "model=huge: no such option in `model`; pick one of"),
+    # null is an optional setting's default, never 0 or ""
+    (["model.ffn_hidden_size=0"], "set model.ffn_hidden_size=null or a positive integer"),
+    (["fsdp.bucket_size=0"], "set fsdp.bucket_size=null or a positive integer"),
+    (["train.checkpoint.dir=''"], "set train.checkpoint.dir=null for its default"),
+    # wandb online without credentials (the test's HOME has no .netrc, WANDB_API_KEY is unset)
+    (["logging.wandb.mode=online"], "wandb has no credentials for"),
+    (["-m", "logging.wandb.mode=online"], "run `wandb login` (or set WANDB_API_KEY)"),
 ]
 
 
@@ -118,8 +143,10 @@ def test_bad_input_is_refused_in_one_line(tmp_path, overrides, expected):
     overrides = [o for o in overrides if o != "-m"]
     proc = subprocess.run([LAUNCH, *flags, *recipe, *overrides, *run_dir_override],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=dict(os.environ, HOME=str(tmp_path / "home"),
-                                   SLURM_CONF=str(tmp_path / "no-slurm.conf")))
+                          env={**{k: v for k, v in os.environ.items()
+                                  if k not in ("WANDB_API_KEY", "NETRC")},
+                               "HOME": str(tmp_path / "home"),
+                               "SLURM_CONF": str(tmp_path / "no-slurm.conf")})
     assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -127,6 +154,8 @@ def test_bad_input_is_refused_in_one_line(tmp_path, overrides, expected):
     assert FIX.search(lines[0].split(expected)[-1] + expected), lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.jsonl").exists()
+    if flags:  # a refused sweep writes nothing at all
+        assert not list(tmp_path.glob("multirun")) and not list(tmp_path.glob("sweeps"))
 
 
 def test_cuda_asked_for_on_a_machine_without_it(tmp_path):
@@ -228,3 +257,57 @@ def test_an_unreadable_data_index_is_refused_naming_it(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"error: data.path: {tmp_path / 'corpus.idx'} is not a megatron-core index; prepare the "
         "dataset with `launch-prepare`"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """The shipped corpus, prepared as a user would."""
+    folder = tmp_path_factory.mktemp("data")
+    subprocess.run([str(Path(sys.executable).parent / "launch-prepare"), "--stdlib-corpus",
+                    "--output", str(folder / "corpus"), "--tokenizer", "byte"], check=True,
+                   capture_output=True, timeout=300)
+    return folder / "corpus"
+
+
+def truncate_index(prefix):
+    path = Path(f"{prefix}.idx")
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def shift_an_offset(prefix):
+    path = Path(f"{prefix}.idx")
+    data = bytearray(path.read_bytes())
+    count = int.from_bytes(data[18:26], "little")
+    data[34 + 4 * count + 8] ^= 0x10  # the second sequence's byte offset
+    path.write_bytes(bytes(data))
+
+
+def shorten_bin(prefix):
+    path = Path(f"{prefix}.bin")
+    path.write_bytes(path.read_bytes()[:-100])
+
+
+DAMAGED_DATA = [
+    (truncate_index, "is truncated or corrupt ("),
+    (shift_an_offset, "is corrupt (its lengths, offsets and document bounds do not agree)"),
+    (shorten_bin, "the pair does not match, prepare them again together"),
+]
+
+
+@pytest.mark.parametrize("spoil,expected", DAMAGED_DATA, ids=[s.__name__ for s, _ in DAMAGED_DATA])
+def test_a_damaged_dataset_is_refused_before_any_rank(prepared, tmp_path, spoil, expected):
+    import shutil
+
+    prefix = tmp_path / "corpus"
+    for suffix in (".bin", ".idx", ".json"):
+        shutil.copy(f"{prepared}{suffix}", f"{prefix}{suffix}")
+    spoil(prefix)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([LAUNCH, "+recipe=tiny_cpu", "data=indexed", f"data.path={prefix}",
+                           f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, HOME=str(tmp_path)))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: data.path: ") and expected in lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (run_dir / "summary.json").exists()

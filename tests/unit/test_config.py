@@ -91,7 +91,28 @@ RULES = [
     (["runtime.nnodes=2"], r"runtime.nnodes=2 needs a rendezvous every node can reach; set "
                            r"runtime.rdzv_endpoint=HOST:PORT"),
     (["runtime.rdzv_endpoint=node1"], r"runtime.rdzv_endpoint=node1 is not HOST:PORT"),
-    (["runtime.nproc_per_node=0"], r"runtime.nproc_per_node=0 must be at least 1"),
+    # an optional size's default is null, never 0; an optional path or name's, never ""
+    (["runtime.nproc_per_node=0"], r"runtime.nproc_per_node=0 must be a positive integer or "
+                                   r"null \(null is its default, never 0\); set "
+                                   r"runtime.nproc_per_node=null or a positive integer"),
+    (["model.ffn_hidden_size=0"], r"model.ffn_hidden_size=0 must be a positive integer or null"),
+    (["model.num_query_groups=0"], r"model.num_query_groups=0 must be a positive integer or null"),
+    (["model.vocab_size=0"], r"set model.vocab_size=null or a positive integer"),
+    (["fsdp.bucket_size=0"], r"set fsdp.bucket_size=null or a positive integer"),
+    (["fsdp.suggested_communication_unit_size=0"],
+     r"set fsdp.suggested_communication_unit_size=null or a positive integer"),
+    (["runtime.nnodes=0"], r"set runtime.nnodes=null or a positive integer"),
+    (["train.inject_nan_at_step=0"], r"set train.inject_nan_at_step=null or a positive integer"),
+    (["train.checkpoint.dir=''"], r"train.checkpoint.dir is empty; set "
+                                  r"train.checkpoint.dir=null for its default"),
+    (["train.checkpoint.resume=''"], r"set train.checkpoint.resume=null for its default"),
+    (["data.cache_dir=''"], r"set data.cache_dir=null for its default"),
+    (["logging.wandb.name=''"], r"set logging.wandb.name=null for its default"),
+    (["logging.wandb.group=''"], r"set logging.wandb.group=null for its default"),
+    (["logging.wandb.entity=''"], r"set logging.wandb.entity=null for its default"),
+    (["logging.wandb.project=''"], r"logging.wandb.project is empty; give it a name"),
+    (["logging.tensorboard.dir=''"], r"set logging.tensorboard.dir=null for its default"),
+    (["logging.tensorboard.name=''"], r"set logging.tensorboard.name=null for its default"),
 ]
 
 WORLD_RULES = [
