@@ -1,7 +1,8 @@
 """A run's outputs as it trains: the metrics.jsonl stream, and its loggers.
 
-A logger has two methods, `log(metrics, step)` and `close()`: wandb's, TensorBoard's, the null
-one, and `Loggers`, which hands each call to several. Each takes its settings from its arguments;
+A logger has two methods, `log(metrics, step)` and `close(status)` (the run's end: ok, or the
+failure's class as summary.json has it): wandb's, TensorBoard's, the null one, and `Loggers`,
+which hands each call to several. Each takes its settings from its arguments;
 none reads the environment (wandb itself reads the WANDB_* variables its logger sets).
 """
 
@@ -17,7 +18,7 @@ class NullLogger:
     def log(self, metrics: dict, step: int) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, status: str = "ok") -> None:
         pass
 
 
@@ -31,9 +32,9 @@ class Loggers:
         for logger in self._loggers:
             logger.log(metrics, step)
 
-    def close(self) -> None:
+    def close(self, status: str = "ok") -> None:
         for logger in self._loggers:
-            logger.close()
+            logger.close(status)
 
 
 class TensorboardLogger:
@@ -55,7 +56,8 @@ class TensorboardLogger:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._writer.add_scalar(key, value, step)
 
-    def close(self) -> None:
+    def close(self, status: str = "ok") -> None:
+        self._writer.add_text("summary/status", status)
         self._writer.close()
 
 
@@ -87,8 +89,9 @@ class WandbLogger:
     def log_table(self, key: str, columns: list, rows: list) -> None:
         self._run.log({key: self._wandb.Table(columns=columns, data=rows)})
 
-    def close(self) -> None:
-        self._run.finish()
+    def close(self, status: str = "ok") -> None:
+        self._run.summary["summary/status"] = status
+        self._run.finish(exit_code=0 if status == "ok" else 1)  # wandb marks the run failed
 
 
 def check_folders(logging, data) -> None:

@@ -11,6 +11,7 @@ import torch
 from launcher.run import cpu_compat, crashes, metrics, notices, ranks
 from launcher.config import Config, WandbMode
 from launcher.run.environment import RECORDED
+from launcher.run.failures import classify_failure
 from launcher.run.outputs import (
     Loggers, MetricsFile, NullLogger, TensorboardLogger, WandbLogger,
 )
@@ -94,16 +95,22 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
                                                evaluation))
         saver.on_step(step)
 
+    status, summary = "error", None
     try:
         loop.train(model, optimizer, scheduler, data, range(first_step, cfg.train.steps + 1),
                    batch, after_step, forward_backward, cfg.train.inject_nan_at_step, probe)
-    finally:
-        writer.close()
-    # megatron.core.__version__ appends the git hash of the *current directory's* repository.
-    mcore_version = version("megatron-core")
+        # megatron.core.__version__ appends the git hash of the *current directory's* repository
+        if rank == 0:
+            summary = writer.summary(probe, graphs.captured(), version("megatron-core"),
+                                     local_shard_numel(model))
+        status = "ok"
+    except BaseException as err:
+        status = classify_failure(1, f"{type(err).__name__}: {err}")  # nan for a NaN stop
+        raise
+    finally:  # a failed run's dashboards end too, with its status
+        writer.close(status, summary)
     if rank != 0:
         return {}
-    summary = writer.summary(probe, graphs.captured(), mcore_version, local_shard_numel(model))
     return {**summary, "hosts": list(devices), "devices_by_host": devices, "env": env,
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "wrapper": type(model).__name__,
@@ -264,9 +271,16 @@ class _Recorder:
         if self.cfg.logging.print_steps is not False:
             print(f"step {step:>4}/{self.cfg.train.steps}  validation loss {loss:.4f}", flush=True)
 
-    def close(self):
-        if self.jsonl:
-            self.jsonl.close()
+    def close(self, status: str, summary) -> None:
+        """Ends rank 0's outputs: the summary's metrics (if the run got that far) and its status
+        logged at the last step, then metrics.jsonl and every logger closed."""
+        if self.rank != 0:
+            return
+        self.jsonl.close()
+        last = self.steps[-1]["step"] if self.steps else self.first_step
+        result = summary["metrics"] if summary else {}
+        self.logger.log({f"summary/{k}": v for k, v in result.items() if v is not None}, last)
+        self.logger.close(status)
 
     def summary(self, probe, captured, mcore_version, shard_numel):
         from launcher.run.first_group import summarise
@@ -286,10 +300,6 @@ class _Recorder:
             **summarise(probe, [s["step"] for s in steady], captured),
             "cuda_graph_captured": captured,
         }
-        if self.logger:
-            self.logger.log({f"summary/{k}": v for k, v in result.items() if v is not None},
-                            step=self.steps[-1]["step"])
-            self.logger.close()
         return {
             "status": "ok", "backend": "gloo" if self.on_cpu else "nccl",
             "world_size": self.world_size, "device": self.device_name or "cpu",

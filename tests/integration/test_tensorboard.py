@@ -1,5 +1,10 @@
 """TensorBoard beside wandb: the event files read back with TensorBoard's own reader."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -31,3 +36,24 @@ def test_every_logged_metric_lands_in_tensorboard_once_per_step(launch):
     assert "summary/tokens_per_s_per_gpu" in scalars
     config = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     assert "prefetch_first_param_group: true" in config
+
+
+def test_a_failed_run_ends_its_dashboards_with_its_status(launch):
+    """A NaN-stopped run: its wandb run is finished as failed with summary/status, and its
+    TensorBoard run holds every step it made and the status (read back with each tool's own
+    reader: `wandb leet inspect`, TensorBoard's EventAccumulator)."""
+    proc, run_dir = launch("+recipe=tiny_cpu", "train.steps=6", "train.inject_nan_at_step=4",
+                           "logging.tensorboard.enabled=true")
+    assert proc.returncode == 1 and "(nan)" in proc.stderr
+    [wandb_file] = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    inspected = subprocess.run([str(Path(sys.executable).parent / "wandb"), "leet", "inspect",
+                                "--summary", "--json", str(wandb_file)],
+                               capture_output=True, text=True, timeout=120)
+    run = json.loads(inspected.stdout)
+    assert run["state"] == "failed" and run["exit_code"] == 1
+    assert run["summary"]["summary/status"] == "nan" and run["summary"]["train/loss"] > 0
+    events = EventAccumulator(str(run_dir / "tb" / "run"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3]
+    status = events.Tensors("summary/status/text_summary")[0].tensor_proto.string_val[0]
+    assert status.decode() == "nan"
