@@ -16,7 +16,7 @@ from hydra.errors import HydraException
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.run import checkpoint, ranks
+from launcher.run import ranks, resume
 from launcher.run.environment import run_environment
 from launcher.run.outputs import check_folders, check_wandb_login
 from launcher.run.support import check_support
@@ -53,8 +53,8 @@ def _main(composed: DictConfig) -> None:
 
             check_data(cfg.data, cfg.model.vocab_size)
         cfg = with_vocab(cfg)  # before anything compares the model section
-        resume_from = checkpoint.resume_point(cfg.train, cfg.model, run_dir)
-        checkpoint.check_writable(cfg.train.checkpoint, run_dir)
+        resume_from = resume.resume_point(cfg.train, cfg.model, run_dir)
+        resume.check_writable(cfg.train.checkpoint, run_dir)
         check_folders(cfg.logging, cfg.data)
         check_wandb_login(cfg.logging.wandb)
         check_support(cfg.model, cfg.parallel)

@@ -6,11 +6,12 @@ compatibility layer (`cpu_compat.py`), megatron-core's model, M-FSDP and optimiz
 the training loop (`loop.py`) and its full-iteration CUDA graphs (`graphs.py`, megatron-core's
 FullCudaGraphWrapper), the first parameter group's all-gather counted and timed
 (`first_group.py`), checkpoints
-(`checkpoint.py`), throughput arithmetic (`metrics.py`), metrics.jsonl and wandb (`outputs.py`);
+(`checkpoint.py`: collective save and load; `resume.py`: the checks that need no torch, in the
+launch process), a rank's stack kept where a signal kills it (`crashes.py`), throughput arithmetic (`metrics.py`), metrics.jsonl and wandb (`outputs.py`);
 the classes a failure falls into (`failures.py`); the environment a run needs, checked and set
 before any rank starts (`environment.py`), and what this installation can build (`support.py`:
 Transformer Engine, the layer spec, context parallelism); and the dry-run estimate (`estimate.py`: the same
 arithmetic, without torch). It may import `config`, `data` and `files`, never `sweep`.
 torch and megatron are imported inside the modules that train, never by `ranks`, `failures`,
-`metrics`, `estimate`, `environment`, `support` or the checks `checkpoint` runs before any rank starts.
+`metrics`, `estimate`, `environment`, `support`, `resume` or `crashes`.
 """

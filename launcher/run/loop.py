@@ -17,7 +17,7 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 
 
 class NonFiniteError(RuntimeError):
-    """A non-finite loss or gradient norm; classified `nan` (launcher.failures)."""
+    """A non-finite loss or gradient norm; classified `nan` (launcher.run.failures)."""
 
 
 @dataclass(frozen=True)

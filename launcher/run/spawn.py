@@ -123,7 +123,7 @@ def report_failure(failure: dict, resolved: dict, run_dir: str, write: bool) -> 
 
 
 def failure_summary(err: ChildFailedError, run_dir: str) -> dict:
-    """The first failing rank, its status (launcher.failures) and the end of its traceback; for
+    """The first failing rank, its status (launcher.run.failures) and the end of its traceback; for
     a rank killed by a signal, where it died (its crash log, launcher.run.crashes)."""
     rank, failure = err.get_first_failure()
     message, callstack = failure.message, ""

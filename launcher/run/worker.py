@@ -20,7 +20,7 @@ from launcher.run.outputs import (
 def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
              resume_from: Optional[str] = None) -> dict:
     """The function every rank runs; returns rank 0's summary (other ranks: {}). `resume_from`:
-    a checkpoint the launch process found and checked (launcher.checkpoint.find_resume)."""
+    a checkpoint the launch process found and checked (launcher.run.resume.find_resume)."""
     notices.install()
     me = ranks.layout()
     crash_log = crashes.keep_stacks(run_dir, me.rank)  # a fatal signal leaves every stack there
@@ -176,7 +176,7 @@ class Saver:
     """Saves a checkpoint every train.checkpoint.interval steps and at the last step."""
 
     def __init__(self, cfg, run_dir, model, optimizer, scheduler):
-        from launcher.run.checkpoint import checkpoint_dir
+        from launcher.run.resume import checkpoint_dir
 
         self.cfg, self.objects = cfg, (model, optimizer, scheduler)
         self.folder = checkpoint_dir(cfg.train.checkpoint, run_dir)

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from launcher.run import ranks
 from launcher.run.environment import run_environment
-from launcher.run.checkpoint import check_writable
+from launcher.run.resume import check_writable
 from launcher.run.outputs import check_folders, check_wandb_login
 from launcher.run.support import check_device, check_support
 from launcher.sweep.error import SweepError

@@ -1,4 +1,4 @@
-"""Unit tests for launcher.metrics. Expected values are worked out by hand in the comments."""
+"""Unit tests for launcher.run.metrics. Expected values are worked out by hand in the comments."""
 
 import math
 
