@@ -69,10 +69,8 @@ def _main(composed: DictConfig) -> None:
     from launcher.run.spawn import run
 
     os.environ.update(environment)  # before any rank, and before torch reads CUDA's settings
-    resolved = OmegaConf.to_container(composed, resolve=True)
-    resolved["model"]["vocab_size"] = cfg.model.vocab_size  # as the run has it
     try:
-        set_exit_code(run(cfg, resolved, run_dir, resume_from))
+        set_exit_code(run(cfg, run_dir, resume_from))
     except ConfigError as err:  # a CUDA device asked for and none seen; a starter's world
         refuse(err, run_dir)
 

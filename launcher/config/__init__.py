@@ -15,7 +15,7 @@ from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
     Normalization, Precision, ShardingStrategy, WandbMode,
 )
 from launcher.config.schema import (  # noqa: F401
-    LAUNCH_WORLD, Config, check_steady_state, check_world_size, no_steady_state, to_config,
+    LAUNCH_WORLD, Config, as_dict, check_steady_state, check_world_size, no_steady_state, to_config,
     unknown_keys,
 )
 from launcher.config.error import ConfigError  # noqa: F401

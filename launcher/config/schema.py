@@ -8,6 +8,7 @@ rules that need the world size live in `check_world_size`, called where the worl
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import Enum
 
 from launcher.config.choices import CudaGraphImpl, DataKind, FsdpDtype, Precision
 from launcher.config.error import ConfigError
@@ -137,6 +138,19 @@ def check_world_size(cfg: Config, world_size: int, source: str = LAUNCH_WORLD) -
             f"set train.global_batch_size to a multiple of {step}"
         )
     return dp
+
+
+def as_dict(section) -> dict:
+    """A config (the root or a section) as plain data, enums as their values: what summary.json,
+    wandb and TensorBoard record. Derived where it is written, from the one typed Config."""
+    def plain(value):
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value.value if isinstance(value, Enum) else value
+
+    return plain(dataclasses.asdict(section))
 
 
 def to_config(composed) -> Config:

@@ -19,7 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from launcher.run import ranks
-from launcher.config import Config, ConfigError, Device, check_world_size
+from launcher.config import Config, ConfigError, Device, as_dict, check_world_size
 from launcher.run.crashes import crash_log_path, crash_report, remove_empty
 from launcher.run.failures import classify_failure, excerpt
 from launcher.run.support import check_device
@@ -44,17 +44,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(cfg: Config, resolved: dict, run_dir: str, resume_from: Optional[str] = None) -> int:
+def run(cfg: Config, run_dir: str, resume_from: Optional[str] = None) -> int:
     """Runs the job's ranks (or this one); returns the exit code. ConfigError: refused input."""
     starter = ranks.external_starter()
     if starter:
-        return run_this_rank(cfg, resolved, run_dir, starter, resume_from)
+        return run_this_rank(cfg, run_dir, starter, resume_from)
     device_type = resolve_device(cfg.runtime.device)
     check_device(cfg.fsdp, device_type)
-    return launch_ranks(cfg, resolved, run_dir, device_type, resume_from)
+    return launch_ranks(cfg, run_dir, device_type, resume_from)
 
 
-def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str,
+def launch_ranks(cfg: Config, run_dir: str, device_type: str,
                  resume_from: Optional[str]) -> int:
     runtime = cfg.runtime
     nnodes = runtime.nnodes or 1
@@ -68,10 +68,9 @@ def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str,
     # torch's agent would also log each failure's whole traceback.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
     try:
-        results = elastic_launch(launch_config, run_rank)(cfg, resolved, run_dir, device_type,
-                                                           resume_from)
+        results = elastic_launch(launch_config, run_rank)(cfg, run_dir, device_type, resume_from)
     except ChildFailedError as err:
-        return report_failure(failure_summary(err, run_dir), resolved, run_dir,
+        return report_failure(failure_summary(err, run_dir), cfg, run_dir,
                               write=nnodes == 1 or 0 in err.failures)
     finally:
         remove_empty(run_dir)
@@ -82,7 +81,7 @@ def launch_ranks(cfg: Config, resolved: dict, run_dir: str, device_type: str,
     return report_ok(results[0], run_dir)
 
 
-def run_this_rank(cfg: Config, resolved: dict, run_dir: str, starter: str,
+def run_this_rank(cfg: Config, run_dir: str, starter: str,
                   resume_from: Optional[str]) -> int:
     """Under torchrun or submitit: this process is one rank. Checks the world it was given."""
     found = ranks.layout(starter)
@@ -91,13 +90,13 @@ def run_this_rank(cfg: Config, resolved: dict, run_dir: str, starter: str,
     device_type = resolve_device(cfg.runtime.device)
     check_device(cfg.fsdp, device_type)
     try:
-        summary = run_rank(cfg, resolved, run_dir, device_type, resume_from)
+        summary = run_rank(cfg, run_dir, device_type, resume_from)
     except Exception as err:  # noqa: BLE001  (classified, summarised, one line; not a traceback)
         text = traceback.format_exc()
         failure = {"status": classify_failure(1, text), "failed_rank": found.rank, "exitcode": 1,
                    "message": f"{type(err).__name__}: {err}".splitlines()[0],
                    "log_excerpt": excerpt(text)}
-        return report_failure(failure, resolved, run_dir, write=found.rank == 0)
+        return report_failure(failure, cfg, run_dir, write=found.rank == 0)
     return report_ok(summary, run_dir) if found.rank == 0 else 0
 
 
@@ -111,10 +110,10 @@ def report_ok(summary: dict, run_dir: str) -> int:
     return 0
 
 
-def report_failure(failure: dict, resolved: dict, run_dir: str, write: bool) -> int:
+def report_failure(failure: dict, cfg: Config, run_dir: str, write: bool) -> int:
     summary_path = os.path.join(run_dir, "summary.json")
     if write:
-        write_json_atomic(summary_path, {**failure, "config": resolved})
+        write_json_atomic(summary_path, {**failure, "config": as_dict(cfg)})
     where = (f"the end of its traceback is in {summary_path}" if write
              else "the node of rank 0 writes the summary")
     print(f"error: rank {failure['failed_rank']} failed ({failure['status']}): "

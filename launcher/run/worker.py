@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from launcher.run import cpu_compat, crashes, metrics, notices, ranks
-from launcher.config import Config, WandbMode
+from launcher.config import Config, WandbMode, as_dict
 from launcher.run.environment import RECORDED
 from launcher.run.failures import classify_failure
 from launcher.run.outputs import (
@@ -17,7 +17,7 @@ from launcher.run.outputs import (
 )
 
 
-def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
+def run_rank(cfg: Config, run_dir: str, device_type: str,
              resume_from: Optional[str] = None) -> dict:
     """The function every rank runs; returns rank 0's summary (other ranks: {}). `resume_from`:
     a checkpoint the launch process found and checked (launcher.run.resume.find_resume)."""
@@ -25,12 +25,12 @@ def run_rank(cfg: Config, resolved: dict, run_dir: str, device_type: str,
     me = ranks.layout()
     crash_log = crashes.keep_stacks(run_dir, me.rank)  # a fatal signal leaves every stack there
     try:
-        return _run_rank(cfg, resolved, run_dir, device_type, resume_from, me)
+        return _run_rank(cfg, run_dir, device_type, resume_from, me)
     finally:
         crashes.disarm(crash_log)
 
 
-def _run_rank(cfg, resolved, run_dir, device_type, resume_from, me) -> dict:
+def _run_rank(cfg, run_dir, device_type, resume_from, me) -> dict:
     on_cpu = device_type == "cpu"
     if on_cpu:
         # runtime.device=cpu on a GPU machine: this rank sees no GPU (CUDA reads the variable at
@@ -43,7 +43,7 @@ def _run_rank(cfg, resolved, run_dir, device_type, resume_from, me) -> dict:
     torch.distributed.init_process_group("gloo" if on_cpu else "nccl",
                                          timeout=timedelta(seconds=cfg.runtime.timeout_s))
     try:
-        summary = _train(cfg, resolved, run_dir, me.rank, me.world_size, on_cpu, resume_from)
+        summary = _train(cfg, run_dir, me.rank, me.world_size, on_cpu, resume_from)
         # No rank tears its connections down while another is still in a collective (gloo
         # aborts the late rank with SIGABRT when its peer's sockets close under it).
         torch.distributed.barrier()
@@ -65,7 +65,7 @@ def gather_ranks(on_cpu: bool) -> tuple:
     return devices, [env for _, _, env in everyone]
 
 
-def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
+def _train(cfg, run_dir, rank, world_size, on_cpu, resume_from):
     from importlib.metadata import version
 
     from launcher.run import build, graphs, loop
@@ -82,7 +82,7 @@ def _train(cfg, resolved, run_dir, rank, world_size, on_cpu, resume_from):
         cfg.cuda_graph, model.config.cuda_graph_use_single_mempool, on_cpu)
 
     devices, env = gather_ranks(on_cpu)
-    writer = _Recorder(cfg, resolved, run_dir, rank, world_size, on_cpu, first_step)
+    writer = _Recorder(cfg, run_dir, rank, world_size, on_cpu, first_step)
     if rank == 0:
         print_start(cfg, model, devices, world_size, on_cpu, first_step)
     saver = Saver(cfg, run_dir, model, optimizer, scheduler)
@@ -219,8 +219,9 @@ def local_shard_numel(model) -> int:
 class _Recorder:
     """Per-step metrics: printed and written to metrics.jsonl and wandb on rank 0."""
 
-    def __init__(self, cfg, resolved, run_dir, rank, world_size, on_cpu, first_step):
-        self.cfg, self.resolved, self.run_dir = cfg, resolved, run_dir
+    def __init__(self, cfg, run_dir, rank, world_size, on_cpu, first_step):
+        self.cfg, self.run_dir = cfg, run_dir
+        self.config = as_dict(cfg)  # what the summary and the dashboards record
         self.first_step = first_step
         self.rank, self.world_size, self.on_cpu = rank, world_size, on_cpu
         model = cfg.model
@@ -238,7 +239,7 @@ class _Recorder:
         self.jsonl = self.logger = None
         if rank == 0:
             self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"), first_step)
-            self.logger = loggers(cfg.logging, run_dir, resolved)
+            self.logger = loggers(cfg.logging, run_dir, self.config)
 
     def on_step(self, step, loss, grad_norm, seconds, lr, first_group=None):
         self.steps.append({"step": step, "loss": loss, "step_time_s": seconds})
@@ -307,7 +308,7 @@ class _Recorder:
             # memory grows with steps (launcher.run.cpu_compat runs megatron's RNG calls at once)
             "torch_cuda_queued_calls": len(torch.cuda._queued_calls) if self.on_cpu else None,
             "megatron_core_version": mcore_version, "torch_version": torch.__version__,
-            "config": self.resolved,
+            "config": self.config,
             "steps_run": [s["step"] for s in self.steps],
             "steady_state_steps": [s["step"] for s in steady],
             "steady_state_step_times_s": times,  # the samples of a sweep's statistics
@@ -316,16 +317,16 @@ class _Recorder:
         }
 
 
-def loggers(logging, run_dir: str, resolved: dict):
+def loggers(logging, run_dir: str, config: dict):
     """Rank 0's loggers (launcher.run.outputs): wandb unless disabled, TensorBoard if enabled."""
     chosen = []
     if logging.wandb.mode != WandbMode.disabled:
-        chosen.append(WandbLogger(logging.wandb, run_dir, resolved,
+        chosen.append(WandbLogger(logging.wandb, run_dir, config,
                                   logging.wandb.name or os.path.basename(run_dir)))
     if logging.tensorboard.enabled:
         folder = os.path.join(logging.tensorboard.dir or os.path.join(run_dir, "tb"),
                               logging.tensorboard.name or os.path.basename(run_dir))
-        chosen.append(TensorboardLogger(folder, resolved))
+        chosen.append(TensorboardLogger(folder, config))
     return Loggers(chosen) if chosen else NullLogger()
 
 
