@@ -97,9 +97,9 @@ def refuse(err: ConfigError, run_dir: str) -> None:
     print(f"error: {err}", file=sys.stderr)
     set_exit_code(2)
     if HydraConfig.get().mode == RunMode.MULTIRUN:
-        from launcher.files import write_json_atomic
+        from launcher import summary
 
-        write_json_atomic(f"{run_dir}/summary.json", {"status": "invalid", "message": str(err)})
+        summary.write(run_dir, summary.RunFailure(status="invalid", message=str(err)))
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ runtime.rdzv_endpoint. Under torchrun or Slurm (submitit) this process is one ra
 place. Either way the global rank 0 alone writes summary.json.
 """
 
+import dataclasses
 import logging
 import os
 import socket
@@ -23,8 +24,9 @@ from launcher.config import Config, ConfigError, Device, as_dict, check_world_si
 from launcher.run.crashes import crash_log_path, crash_report, remove_empty
 from launcher.run.failures import classify_failure, excerpt
 from launcher.run.support import check_device
-from launcher.files import write_json_atomic
 from launcher.run.worker import run_rank
+from launcher import summary as run_summary
+from launcher.summary import RunFailure, RunSummary
 
 RDZV_ID = "mfsdp-launcher"  # the same on every node of a multi-node job, as torchrun's default
 
@@ -93,49 +95,49 @@ def run_this_rank(cfg: Config, run_dir: str, starter: str,
         summary = run_rank(cfg, run_dir, device_type, resume_from)
     except Exception as err:  # noqa: BLE001  (classified, summarised, one line; not a traceback)
         text = traceback.format_exc()
-        failure = {"status": classify_failure(1, text), "failed_rank": found.rank, "exitcode": 1,
-                   "message": f"{type(err).__name__}: {err}".splitlines()[0],
-                   "log_excerpt": excerpt(text)}
+        failure = RunFailure(status=classify_failure(1, text), failed_rank=found.rank, exitcode=1,
+                             message=f"{type(err).__name__}: {err}".splitlines()[0],
+                             log_excerpt=excerpt(text))
         return report_failure(failure, cfg, run_dir, write=found.rank == 0)
     return report_ok(summary, run_dir) if found.rank == 0 else 0
 
 
-def report_ok(summary: dict, run_dir: str) -> int:
-    write_json_atomic(os.path.join(run_dir, "summary.json"), summary)
-    m = summary["metrics"]
-    measured = (f"{m['tokens_per_s_per_gpu']:.0f} tokens/s/GPU" if m["tokens_per_s_per_gpu"]
-                is not None else f"throughput null ({m['throughput_null_reason']})")
-    print(f"[launch] ok: {measured}, first_group_prefetches={m['first_group_prefetches']}, "
+def report_ok(summary: RunSummary, run_dir: str) -> int:
+    run_summary.write(run_dir, summary)
+    m = summary.metrics
+    measured = (f"{m.tokens_per_s_per_gpu:.0f} tokens/s/GPU" if m.tokens_per_s_per_gpu
+                is not None else f"throughput null ({m.throughput_null_reason})")
+    print(f"[launch] ok: {measured}, first_group_prefetches={m.first_group_prefetches}, "
           f"outputs in {run_dir}", flush=True)
     return 0
 
 
-def report_failure(failure: dict, cfg: Config, run_dir: str, write: bool) -> int:
-    summary_path = os.path.join(run_dir, "summary.json")
+def report_failure(failure: RunFailure, cfg: Config, run_dir: str, write: bool) -> int:
+    where = "the node of rank 0 writes the summary"
     if write:
-        write_json_atomic(summary_path, {**failure, "config": as_dict(cfg)})
-    where = (f"the end of its traceback is in {summary_path}" if write
-             else "the node of rank 0 writes the summary")
-    print(f"error: rank {failure['failed_rank']} failed ({failure['status']}): "
-          f"{failure['message']} ({where})", file=sys.stderr)
+        path = run_summary.write(run_dir, dataclasses.replace(failure, config=as_dict(cfg)))
+        where = f"the end of its traceback is in {path}"
+    print(f"error: rank {failure.failed_rank} failed ({failure.status}): "
+          f"{failure.message} ({where})", file=sys.stderr)
     return 1
 
 
-def failure_summary(err: ChildFailedError, run_dir: str) -> dict:
-    """The first failing rank, its status (launcher.run.failures) and the end of its traceback; for
-    a rank killed by a signal, where it died (its crash log, launcher.run.crashes)."""
+def failure_summary(err: ChildFailedError, run_dir: str) -> RunFailure:
+    """The first failing rank, its status (launcher.run.failures) and the end of its traceback;
+    for a rank killed by a signal, where it died (its crash log, launcher.run.crashes)."""
     rank, failure = err.get_first_failure()
     message, callstack = failure.message, ""
     if isinstance(message, dict):  # the error file of a Python entry point
         callstack = message.get("extraInfo", {}).get("py_callstack", "")
         message = message.get("message", str(message))
     text = f"{callstack}\n{message}"
-    summary = {"status": classify_failure(failure.exitcode, text), "failed_rank": rank,
-               "exitcode": failure.exitcode, "message": str(message).strip().splitlines()[-1],
-               "log_excerpt": excerpt(callstack or str(message))}
+    summary = RunFailure(status=classify_failure(failure.exitcode, text), failed_rank=rank,
+                         exitcode=failure.exitcode,
+                         message=str(message).strip().splitlines()[-1],
+                         log_excerpt=excerpt(callstack or str(message)))
     crashed = crash_report(run_dir, rank) if failure.exitcode < 0 else None
     if crashed:
         top, stack = crashed
-        summary.update(message=f"{summary['message']} at {top}", log_excerpt=stack,
-                       crash_log=crash_log_path(run_dir, rank))
+        summary = dataclasses.replace(summary, message=f"{summary.message} at {top}",
+                                      log_excerpt=stack, crash_log=crash_log_path(run_dir, rank))
     return summary

@@ -1,5 +1,6 @@
 """One rank of a run, in a fresh process: init, build, train, and (rank 0) write the outputs."""
 
+import dataclasses
 import os
 import resource
 import socket
@@ -12,14 +13,15 @@ from launcher.run import cpu_compat, crashes, metrics, notices, ranks
 from launcher.config import Config, WandbMode, as_dict
 from launcher.run.environment import RECORDED
 from launcher.run.failures import classify_failure
+from launcher.summary import RunMetrics, RunSummary
 from launcher.run.outputs import (
     Loggers, MetricsFile, NullLogger, TensorboardLogger, WandbLogger,
 )
 
 
 def run_rank(cfg: Config, run_dir: str, device_type: str,
-             resume_from: Optional[str] = None) -> dict:
-    """The function every rank runs; returns rank 0's summary (other ranks: {}). `resume_from`:
+             resume_from: Optional[str] = None) -> Optional[RunSummary]:
+    """The function every rank runs; returns rank 0's summary (other ranks: None). `resume_from`:
     a checkpoint the launch process found and checked (launcher.run.resume.find_resume)."""
     notices.install()
     me = ranks.layout()
@@ -30,7 +32,7 @@ def run_rank(cfg: Config, run_dir: str, device_type: str,
         crashes.disarm(crash_log)
 
 
-def _run_rank(cfg, run_dir, device_type, resume_from, me) -> dict:
+def _run_rank(cfg, run_dir, device_type, resume_from, me) -> Optional[RunSummary]:
     on_cpu = device_type == "cpu"
     if on_cpu:
         # runtime.device=cpu on a GPU machine: this rank sees no GPU (CUDA reads the variable at
@@ -110,13 +112,13 @@ def _train(cfg, run_dir, rank, world_size, on_cpu, resume_from):
     finally:  # a failed run's dashboards end too, with its status
         writer.close(status, summary)
     if rank != 0:
-        return {}
-    return {**summary, "hosts": list(devices), "devices_by_host": devices, "env": env,
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-            "wrapper": type(model).__name__,
-            "cuda_graph_wrapper": graphs.wrapper_name(cfg.cuda_graph),
-            "num_parameters": sum(p.numel() for p in model.parameters()),
-            "resumed_from": resume_from, "checkpoints": saver.saved}
+        return None
+    return dataclasses.replace(
+        summary, hosts=list(devices), devices_by_host=devices, env=env,
+        slurm_job_id=os.environ.get("SLURM_JOB_ID"), wrapper=type(model).__name__,
+        cuda_graph_wrapper=graphs.wrapper_name(cfg.cuda_graph),
+        num_parameters=sum(p.numel() for p in model.parameters()), resumed_from=resume_from,
+        checkpoints=saver.saved)
 
 
 def build_all(cfg, on_cpu):
@@ -279,7 +281,7 @@ class _Recorder:
             return
         self.jsonl.close()
         last = self.steps[-1]["step"] if self.steps else self.first_step
-        result = summary["metrics"] if summary else {}
+        result = dataclasses.asdict(summary.metrics) if summary else {}
         self.logger.log({f"summary/{k}": v for k, v in result.items() if v is not None}, last)
         self.logger.close(status)
 
@@ -289,32 +291,29 @@ class _Recorder:
         skip = self.first_step - 1 + self.cfg.excluded_steps  # a resumed run warms up again
         steady = [s for s in self.steps if s["step"] > skip]
         times = [s["step_time_s"] for s in steady]
-        result = {
+        result = RunMetrics(
             **throughput(self, times),
             **peak_memory(self.on_cpu),
             # memory a step adds (rank 0's RSS after the last step minus after the first, per step)
-            "rss_growth_bytes_per_step": metrics.growth_per_step(*self.rss, len(self.steps)),
-            "final_loss": self.steps[-1]["loss"],
-            "final_valid_loss": self.valid_losses[-1]["valid_loss"] if self.valid_losses
-            else None,
-            "first_group_prefetches": probe.prefetches,
+            rss_growth_bytes_per_step=metrics.growth_per_step(*self.rss, len(self.steps)),
+            final_loss=self.steps[-1]["loss"],
+            final_valid_loss=self.valid_losses[-1]["valid_loss"] if self.valid_losses else None,
+            first_group_prefetches=probe.prefetches,
             **summarise(probe, [s["step"] for s in steady], captured),
-            "cuda_graph_captured": captured,
-        }
-        return {
-            "status": "ok", "backend": "gloo" if self.on_cpu else "nccl",
-            "world_size": self.world_size, "device": self.device_name or "cpu",
+            cuda_graph_captured=captured,
+        )
+        return RunSummary(
+            metrics=result, config=self.config, backend="gloo" if self.on_cpu else "nccl",
+            world_size=self.world_size, device=self.device_name or "cpu",
             # callbacks torch holds for a CUDA initialisation a CPU run never makes: constant, or
             # memory grows with steps (launcher.run.cpu_compat runs megatron's RNG calls at once)
-            "torch_cuda_queued_calls": len(torch.cuda._queued_calls) if self.on_cpu else None,
-            "megatron_core_version": mcore_version, "torch_version": torch.__version__,
-            "config": self.config,
-            "steps_run": [s["step"] for s in self.steps],
-            "steady_state_steps": [s["step"] for s in steady],
-            "steady_state_step_times_s": times,  # the samples of a sweep's statistics
-            "tokens_per_step": self.tokens_per_step, "flops_per_step": self.flops,
-            "peak_flops": self.peak, "rank0_weight_shard_numel": shard_numel, "metrics": result,
-        }
+            torch_cuda_queued_calls=len(torch.cuda._queued_calls) if self.on_cpu else None,
+            megatron_core_version=mcore_version, torch_version=torch.__version__,
+            steps_run=[s["step"] for s in self.steps],
+            steady_state_steps=[s["step"] for s in steady],
+            steady_state_step_times_s=times,  # the samples of a sweep's statistics
+            tokens_per_step=self.tokens_per_step, flops_per_step=self.flops, peak_flops=self.peak,
+            rank0_weight_shard_numel=shard_numel)
 
 
 def loggers(logging, run_dir: str, config: dict):

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import ConfigError
 from launcher.sweep.plan import (
-    Plan, SweepError, build_plan, has_ok_run, read_summary, run_dir, schedule,
+    Plan, SweepError, build_plan, has_ok_run, run_dir, schedule,
 )
 from launcher.sweep import submit
 from launcher.sweep.race import replay
@@ -85,8 +85,8 @@ def record_crash(folder: str, job_return) -> None:
     (cancelled, timed out) replaces whatever the run wrote, unless it finished ok."""
     from hydra.core.utils import JobStatus
 
+    from launcher import summary as run_summary
     from launcher.run.failures import classify_failure
-    from launcher.files import write_json_atomic
 
     if isinstance(job_return, Exception):
         error = job_return
@@ -94,16 +94,16 @@ def record_crash(folder: str, job_return) -> None:
         error = job_return._return_value
     else:
         return
-    summary = read_summary(folder)
+    summary = run_summary.read(folder)
     slurm_ended = isinstance(error, JobEnded)
-    if summary is None or (slurm_ended and summary.get("status") != "ok"):
+    if summary is None or (slurm_ended and summary.status != "ok"):
         os.makedirs(folder, exist_ok=True)
         text = str(error) if slurm_ended else f"{type(error).__name__}: {error}"
         status = error.status if slurm_ended else classify_failure(1, text)
-        write_json_atomic(os.path.join(folder, "summary.json"), {
-            "status": status, "message": text.splitlines()[0],
-            "log_excerpt": (summary or {}).get("log_excerpt") or text[-800:],
-            "slurm_job_id": getattr(error, "job_id", None)})
+        run_summary.write(folder, run_summary.RunFailure(
+            status=status, message=text.splitlines()[0],
+            log_excerpt=getattr(summary, "log_excerpt", "") or text[-800:],
+            slurm_job_id=getattr(error, "job_id", None)))
 
 
 def job_name(plan: Plan, cell, repeat: int, attempt: int) -> str:

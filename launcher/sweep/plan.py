@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from launcher.run import ranks
 from launcher.run.environment import run_environment
+from launcher import summary as run_summary
 from launcher.run.resume import check_writable
 from launcher.run.outputs import check_folders, check_wandb_login
 from launcher.run.support import check_device, check_support
@@ -283,16 +284,8 @@ def next_attempt(sweep_dir: str, cell: str, repeat: int) -> int:
     return int(Path(done[-1]).name[7:]) + 1 if done else 0
 
 
-def read_summary(folder: str) -> Optional[dict]:
-    path = Path(folder, "summary.json")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def has_ok_run(sweep_dir: str, cell: str, repeat: int) -> bool:
-    return any((read_summary(d) or {}).get("status") == "ok"
+    return any(getattr(run_summary.read(d), "status", None) == "ok"
                for d in attempts(sweep_dir, cell, repeat))
 
 

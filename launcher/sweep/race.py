@@ -15,7 +15,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from launcher.sweep import stats
-from launcher.sweep.plan import Plan, attempts, read_summary
+from launcher.summary import read as read_summary
+from launcher.sweep.plan import Plan, attempts
 
 
 @dataclass
@@ -107,9 +108,9 @@ def repeat_outcome(plan: Plan, cell: str, repeat: int):
     """A repeat's tokens/s/GPU per steady-state step when it ran ok; its status when it ended
     otherwise; None when it has not run."""
     summaries = [read_summary(d) for d in attempts(plan.sweep_dir, cell, repeat)]
-    ok = [s for s in summaries if s and s.get("status") == "ok"]
+    ok = [s for s in summaries if s and s.status == "ok"]
     if ok:
-        return stats.throughput_samples(ok[0])
+        return np.asarray(ok[0].throughput_samples())
     ended = [s for s in summaries if s]
-    return ended[-1].get("status", "error") if ended else None
+    return ended[-1].status if ended else None
 

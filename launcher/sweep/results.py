@@ -16,7 +16,8 @@ from launcher.sweep import stats
 from launcher.sweep.race import Race, replay
 from launcher.sweep.switch import add_explanations, first_group_metrics
 from launcher.files import write_text_atomic
-from launcher.sweep.plan import Cell, Plan, attempts, read_summary
+from launcher.summary import RunSummary, read as read_summary
+from launcher.sweep.plan import Cell, Plan, attempts
 
 MIB = 2**20
 
@@ -53,9 +54,9 @@ def repeat_run(plan: Plan, cell: Cell, repeat: int) -> tuple:
     if not tried:
         return "pending", None, None
     summaries = [(d, read_summary(d)) for d in tried]
-    ok = [(d, s) for d, s in summaries if s and s.get("status") == "ok"]
+    ok = [(d, s) for d, s in summaries if s and s.status == "ok"]
     folder, summary = ok[0] if ok else summaries[-1]
-    return (summary or {}).get("status", "interrupted"), summary, folder
+    return (summary.status if summary else "interrupted"), summary, folder
 
 
 def cell_status(statuses: List[str]) -> str:
@@ -89,12 +90,12 @@ def collect(plan: Plan) -> Results:
             row["race"] = race_note(results.race, cell.id)
         failed = next((s for status, s, _ in runs if s and status != "ok"), None)
         if failed:
-            row["reason"] = failed.get("message", "")
-            row["log_excerpt"] = failed.get("log_excerpt", "")
+            row["reason"] = failed.message
+            row["log_excerpt"] = failed.log_excerpt
         if ok:
-            samples[cell.id] = [stats.throughput_samples(s) for s in ok]
+            samples[cell.id] = [np.asarray(s.throughput_samples()) for s in ok]
             row.update(cell_metrics(ok, samples[cell.id]))
-            step_times[cell.id] = [s["steady_state_step_times_s"] for s in ok]
+            step_times[cell.id] = [s.steady_state_step_times_s for s in ok]
             results.step_times_ms[cell.id] = [1e3 * t for run in step_times[cell.id] for t in run]
             results.environment = results.environment or environment(ok[0])
     add_speedups(results.rows, samples, plan.baseline)
@@ -109,13 +110,13 @@ def race_note(race: Race, cell_id: str) -> str:
     return f"kept to the end ({race.ended})" if race.ended else "racing"
 
 
-def cell_metrics(ok: List[dict], samples: List[np.ndarray]) -> dict:
+def cell_metrics(ok: List[RunSummary], samples: List[np.ndarray]) -> dict:
     first = ok[0]
     tps, low, high = stats.median_ci(samples)
-    seconds = np.asarray([t for s in ok for t in s["steady_state_step_times_s"]])
+    seconds = np.asarray([t for s in ok for t in s.steady_state_step_times_s])
     # the median of the per-step rates, as a run's summary has it (metrics.median_per_step)
-    tflops = float(np.median(first["flops_per_step"] / seconds / first["world_size"] / 1e12))
-    peak = first.get("peak_flops")
+    tflops = float(np.median(first.flops_per_step / seconds / first.world_size / 1e12))
+    peak = first.peak_flops
     return {
         "tokens_per_s_per_gpu": tps, "tokens_per_s_per_gpu_ci_low": low,
         "tokens_per_s_per_gpu_ci_high": high, "tflops_per_gpu": tflops,
@@ -125,18 +126,18 @@ def cell_metrics(ok: List[dict], samples: List[np.ndarray]) -> dict:
         **{f"peak_{name}_mib": peak_mib(ok, f"peak_{key}_bytes")
            for name, key in (("allocated", "memory_allocated"), ("reserved", "memory_reserved"),
                              ("rss", "rss"))},
-        "cuda_graph_captured": all(s["metrics"]["cuda_graph_captured"] for s in ok),
-        "cuda_graph_impl": first["config"]["cuda_graph"]["impl"],
-        "first_group_prefetches": first["metrics"]["first_group_prefetches"],
+        "cuda_graph_captured": all(s.metrics.cuda_graph_captured for s in ok),
+        "cuda_graph_impl": first.config["cuda_graph"]["impl"],
+        "first_group_prefetches": first.metrics.first_group_prefetches,
         **first_group_metrics(ok),
-        "final_loss": float(np.median([s["metrics"]["final_loss"] for s in ok])),
+        "final_loss": float(np.median([s.metrics.final_loss for s in ok])),
     }
 
 
-def peak_mib(ok: List[dict], key: str) -> Optional[float]:
+def peak_mib(ok: List[RunSummary], key: str) -> Optional[float]:
     """The largest of the runs' peaks in MiB; None where they measured none (a CPU has no CUDA
     allocator)."""
-    values = [s["metrics"][key] for s in ok if s["metrics"].get(key) is not None]
+    values = [getattr(s.metrics, key) for s in ok if getattr(s.metrics, key) is not None]
     return max(values) / MIB if values else None
 
 
@@ -150,12 +151,11 @@ def add_speedups(rows: List[dict], samples: dict, baseline: Optional[str]) -> No
                        within_noise=noise)
 
 
-def environment(summary: dict) -> dict:
-    return {"device": summary.get("device"), "world_size": summary.get("world_size"),
-            "backend": summary.get("backend"),
-            "megatron_core_version": summary.get("megatron_core_version"),
-            "torch_version": summary.get("torch_version"), "python": platform.python_version(),
-            "precision": summary["config"]["train"]["precision"]}
+def environment(summary: RunSummary) -> dict:
+    return {"device": summary.device, "world_size": summary.world_size,
+            "backend": summary.backend, "megatron_core_version": summary.megatron_core_version,
+            "torch_version": summary.torch_version, "python": platform.python_version(),
+            "precision": summary.config["train"]["precision"]}
 
 
 def fmt(value, digits: int = 3) -> str:

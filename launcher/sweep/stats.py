@@ -15,12 +15,6 @@ NUM_RESAMPLES = 2000
 CONFIDENCE = 0.95
 
 
-def throughput_samples(summary: dict) -> np.ndarray:
-    """A run's tokens/s/GPU of each steady-state step (from its summary.json)."""
-    times = np.asarray(summary["steady_state_step_times_s"], dtype=float)
-    return summary["tokens_per_step"] / times / summary["world_size"]
-
-
 def pooled(repeats: Sequence[Sequence[float]]) -> np.ndarray:
     return np.concatenate([np.asarray(r, dtype=float) for r in repeats])
 

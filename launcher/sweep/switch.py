@@ -13,22 +13,23 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from launcher.summary import RunSummary
 from launcher.sweep import stats
 
 SWITCH = "fsdp.prefetch_first_param_group"
 MS = 1e3
 
 
-def first_group_metrics(ok: List[dict]) -> dict:
+def first_group_metrics(ok: List[RunSummary]) -> dict:
     """A cell's first-group fields: the medians over its ok runs (each a run's median)."""
     def median(key):
-        values = [s["metrics"].get(key) for s in ok if s["metrics"].get(key) is not None]
+        values = [getattr(s.metrics, key) for s in ok if getattr(s.metrics, key) is not None]
         return float(np.median(values)) if values else None
 
     wait, allgather = median("first_group_wait_s"), median("first_group_allgather_s")
-    step = float(np.median([t for s in ok for t in s["steady_state_step_times_s"]]))
-    places = sorted({s["metrics"].get("first_group_issued_in") or "" for s in ok} - {""})
-    return {"first_group_bytes": ok[0]["metrics"].get("first_group_bytes"),
+    step = float(np.median([t for s in ok for t in s.steady_state_step_times_s]))
+    places = sorted({s.metrics.first_group_issued_in or "" for s in ok} - {""})
+    return {"first_group_bytes": ok[0].metrics.first_group_bytes,
             "first_group_issued_in": "+".join(places) or None,
             "first_group_allgather_ms": None if allgather is None else allgather * MS,
             "first_group_wait_ms": None if wait is None else wait * MS,
