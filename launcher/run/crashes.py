@@ -56,14 +56,16 @@ def _frame(line: str) -> str:
 
 def top_frames(text: str, count: int = 3) -> str:
     """The crashing thread's newest frames; where it ran no Python (a native thread: gloo's,
-    say), says so and gives the newest frame of each thread that did."""
+    say), says so and gives the main thread's (the one whose oldest frame is a `<module>`)."""
     blocks = _threads(text)
     current = next((b for b in blocks if b[0].startswith("Current thread")), None)
     if current and len(current) > 1 and "<no Python frame>" not in current[1]:
         return " <- ".join(_frame(f) for f in current[1:1 + count])
-    others = [_frame(b[1]) for b in blocks if not b[0].startswith("Current") and len(b) > 1]
-    return ("in a thread running no Python code; the other threads were at: "
-            + "; ".join(others[:count])) if others else "no Python frame"
+    main = next((b for b in blocks if len(b) > 1 and b[-1].endswith("in <module>")), None)
+    if main is None:
+        return "a thread running no Python code"
+    return ("a thread running no Python code, while the main thread was at "
+            + " <- ".join(_frame(f) for f in main[1:1 + count]))
 
 
 def remove_empty(run_dir: str) -> None:
