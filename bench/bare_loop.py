@@ -77,7 +77,7 @@ def batches(args, dp_rank, dp_size, device):
         step += 1
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seq", type=int, default=32)
@@ -94,7 +94,11 @@ def main():
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--prefetch", choices=["true", "false"], default="true",
                         help="fsdp_all_gather_in_start_param_sync")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
     on_cpu = not torch.cuda.is_available()
     if on_cpu:
         from launcher.run import cpu_compat
