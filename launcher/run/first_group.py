@@ -13,8 +13,8 @@ Instruments the instance, never megatron's source, and adds no host-device synch
 - The engine calls its pipeline's `all_gather_params` and `wait_bucket_ready` through attribute
   look-ups on each call: wrapped, to see the first bucket go from EMPTY/PRESERVED to
   COMMUNICATING (the issue) and the first wait on it after that (the forward's).
-Clocks: on a CPU the host clock, with the completion time taken by a callback on gloo's work
-future (no wait is added); on a GPU CUDA events: one on the compute stream at the issue, one on a
+Clocks: on a CPU the host clock, with the completion time noted by a thread that waits on gloo's
+work beside the rank (no wait is added to the rank); on a GPU CUDA events: one on the compute stream at the issue, one on a
 side stream made to wait for the collective (a device-side wait), one on the compute stream where
 the forward waits; they are read after the step's own sync point (launcher.run.loop.train).
 Inside a CUDA-graph capture nothing is recorded, and a replay runs no Python, so a captured run
@@ -22,6 +22,7 @@ has no timing samples (its summary says why).
 """
 
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -29,6 +30,7 @@ from typing import Optional
 import torch
 
 START_PARAM_SYNC, FORWARD = "start_param_sync", "forward"
+WATCH_LIMIT_S = 60.0
 
 
 @dataclass
@@ -51,28 +53,45 @@ class Sample:
 
 
 class HostClock:
-    """A CPU run: perf_counter, and gloo's work futures for the completion time."""
+    """A CPU run: perf_counter. A short-lived thread per all-gather waits on gloo's works and
+    notes when they completed. Nothing of the probe runs in gloo's worker thread: a Python
+    callback there (a future's `then`) would hold the group's only worker (launcher.run.gloo)
+    until it got the GIL, delaying the collectives queued behind it."""
 
     def mark(self):
         return time.perf_counter()
 
     def completion(self, handle):
         done = []
-        chained = [work.get_future().then(lambda _: done.append(time.perf_counter()))
-                   for work in _works(handle)]
-        return done, chained
+        watcher = threading.Thread(target=_note_completion, args=(_works(handle), done),
+                                   name="first-group-clock", daemon=True)
+        watcher.start()
+        return watcher, done
 
     def seconds(self, issue: _Issue, waited) -> tuple:
-        done, chained = issue.done
-        for future in chained:  # the work completed before the wait returned; its callback may
-            future.wait()       # still be running in gloo's thread
+        watcher, done = issue.done
+        watcher.join(timeout=WATCH_LIMIT_S)  # the work completed before the step's wait returned
+        if not done:
+            raise RuntimeError(
+                f"the first-group clock waited {WATCH_LIMIT_S:.0f} s for the note of an all-gather "
+                "the step had already waited for; set logging.measure_first_group=false to run "
+                "without it")
         # the wait, as CudaClock measures it: from reaching it to the all-gather's completion
         # (not megatron's bookkeeping after it, mark_bucket_ready_to_use)
-        return max(done) - issue.start, max(0.0, max(done) - waited)
+        return done[0] - issue.start, max(0.0, done[0] - waited)
 
     def waiting(self):
         start = time.perf_counter()
         return lambda: start
+
+
+def _note_completion(works: list, done: list) -> None:
+    try:
+        for work in works:
+            work.wait()  # releases the GIL; a second waiter beside the rank's own is allowed
+    except RuntimeError:
+        return  # the collective failed: the rank's own wait raises it
+    done.append(time.perf_counter())
 
 
 class CudaClock:

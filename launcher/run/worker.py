@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from launcher.run import cpu_compat, crashes, metrics, notices, ranks
+from launcher.run import cpu_compat, crashes, gloo, metrics, notices, ranks
 from launcher.config import Config, WandbMode, as_dict
 from launcher.run.environment import RECORDED
 from launcher.run.failures import classify_failure
@@ -40,6 +40,7 @@ def _run_rank(cfg, run_dir, device_type, resume_from, me) -> Optional[RunSummary
         # make the layer refuse
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         cpu_compat.activate()  # before megatron is imported
+        gloo.use_one_worker_per_group()  # torch's gloo races with two (launcher/run/gloo.py)
     if not on_cpu:
         torch.cuda.set_device(me.local_rank)
     torch.distributed.init_process_group("gloo" if on_cpu else "nccl",
