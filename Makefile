@@ -2,7 +2,7 @@ PY ?= python3.12
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chromium
+.PHONY: demo test test-tools
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found; install Python 3.12"; exit 2; }
@@ -15,11 +15,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	WANDB_SILENT=true $(VENV)/bin/launch +recipe=tiny_cpu
 
-test: $(STAMP) chromium
+test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
-# The sweep report's browser test opens report.html in Debian's headless Chromium.
-chromium:
+# The optional tiers' tools (root and apt, Debian/Ubuntu): Chromium for the sweep report's browser
+# test, Slurm and MariaDB for tests/slurm. Without them those tests skip and say why; .ci/run
+# installs them first, so CI runs every tier.
+test-tools:
 	@command -v chromium >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium; }
+	tests/slurm/cluster.sh install

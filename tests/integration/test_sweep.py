@@ -110,7 +110,7 @@ def test_report_renders_in_a_real_browser(sweep, tmp_path):
     _, sweep_dir = sweep
     chromium = shutil.which("chromium")
     if chromium is None:
-        pytest.fail("chromium not found: `make test` installs Debian's chromium package")
+        pytest.skip("chromium not found: `make test-tools` installs Debian's chromium package")
     flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
              "--no-first-run", "--disable-background-networking", "--disable-component-update",
              "--disable-sync", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]

@@ -5,13 +5,15 @@
 # every file (configs, keys, spool, logs, pid files, the database) under
 # ${LAUNCHER_SLURM_DIR:-/tmp/launcher-slurm}; /etc/slurm is not touched.
 #
-#   tests/slurm/cluster.sh up               # install what is missing, start (idempotent)
+#   tests/slurm/cluster.sh install          # apt-get what is missing (root; make test-tools)
+#   tests/slurm/cluster.sh up               # start (idempotent)
 #   eval "$(tests/slurm/cluster.sh env)"    # point sbatch/squeue/sacct at it
 #   tests/slurm/cluster.sh down             # cancel jobs, stop daemons, delete the state dir
 #
-# `up` exits 0 when the node is idle, 3 when the packages cannot be installed
-# (one line "slurm: cannot install ..."), 1 when a daemon does not come up
-# (one line naming it, with the end of its log).
+# `up` exits 0 when the node is idle, 3 when the packages are missing (one line
+# "slurm: missing ...", naming `install`), 1 when a daemon does not come up (one
+# line naming it, with the end of its log). `install` exits 3 when it cannot
+# install them (one line "slurm: cannot install ...").
 set -euo pipefail
 
 DIR=${LAUNCHER_SLURM_DIR:-/tmp/launcher-slurm}
@@ -62,13 +64,21 @@ wait_for() {
     done
 }
 
-install_packages() {
+# missing_commands: the cluster's commands not on PATH, space-separated (empty: all there).
+missing_commands() {
     local missing=() cmd
     for cmd in "${COMMANDS[@]}"; do
         command -v "$cmd" >/dev/null || missing+=("$cmd")
     done
-    ((${#missing[@]})) || return 0
-    command -v apt-get >/dev/null || cannot_install "${PACKAGES[*]}: no apt-get (missing ${missing[*]})"
+    echo "${missing[*]}"
+}
+
+install_packages() {
+    local missing
+    missing=$(missing_commands)
+    [[ -n $missing ]] || return 0
+    mkdir -p "$DIR/log"
+    command -v apt-get >/dev/null || cannot_install "${PACKAGES[*]}: no apt-get (missing $missing)"
     local log=$DIR/log/apt.log
     export DEBIAN_FRONTEND=noninteractive
     timeout 300 apt-get update -q >"$log" 2>&1 ||
@@ -193,13 +203,18 @@ is_up() {
 
 up() {
     [[ $(id -u) == 0 ]] || cannot_install "or run the cluster: not root (slurmd and SlurmUser=root need root)"
+    local missing
+    missing=$(missing_commands)
+    if [[ -n $missing ]]; then
+        echo "slurm: missing $missing; install them with $0 install (Debian/Ubuntu, root)" >&2
+        exit 3
+    fi
     if [[ -d $DIR ]]; then
         is_up && return 0
         down # half up: start again from nothing
     fi
     mkdir -p "$DIR"/{etc,run,log,munge,mysql,spool/slurmctld,spool/slurmd}
     chmod 755 "$DIR" "$DIR/munge" # munged refuses a writable dir; clients need the socket
-    install_packages
     write_configs
     start_munged
     start_mariadbd
@@ -246,11 +261,12 @@ down() {
 }
 
 case ${1:-} in
+install) install_packages ;;
 up) up ;;
 down) down ;;
 env) printf 'export SLURM_CONF=%q\n' "$SLURM_CONF" ;;
 *)
-    echo "usage: $0 up|down|env" >&2
+    echo "usage: $0 install|up|down|env" >&2
     exit 2
     ;;
 esac
