@@ -1,6 +1,6 @@
 """The schema's sections for what is built: the GPT (model), its parallel sizes (parallel), its
 Megatron-FSDP wrapping (fsdp) and its CUDA graphs (cuda_graph), one dataclass per config group,
-mirrored by launcher/conf/<group>/*.yaml. Each section's own rules live in its `__post_init__`;
+mirrored by conf/<group>/*.yaml. Each section's own rules live in its `__post_init__`;
 no rule ever rewrites a setting. The root and the rules across sections are in schema.py.
 """
 

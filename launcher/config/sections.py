@@ -1,6 +1,6 @@
 """The schema's sections for how it runs: training (train, with its checkpoints), data, logging
 (with wandb), runtime and sweep, one dataclass per config group, mirrored by
-launcher/conf/<group>/*.yaml. Each section's own rules live in its `__post_init__`; no rule ever
+conf/<group>/*.yaml. Each section's own rules live in its `__post_init__`; no rule ever
 rewrites a setting. What is built is in model.py; the root and the rules across sections are in
 schema.py.
 """

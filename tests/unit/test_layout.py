@@ -156,3 +156,23 @@ def test_light_modules_import_no_torch_at_module_level(module):
                 f"{name} (reached from {module}) imports {target} at module level"
             if top and target in MODULES:
                 todo.append(target)
+
+
+def test_configs_and_recipes_live_at_the_top_and_ship_in_the_wheel(tmp_path):
+    """conf/ and recipes/ are where a user of a Hydra project looks for them; the package reaches
+    them as launcher.conf and launcher.recipes (links in a checkout, copies in the wheel)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    for name in ("conf", "recipes"):
+        assert (ROOT / name).is_dir() and not (ROOT / name).is_symlink()
+        assert (ROOT / "launcher" / name).resolve() == ROOT / name
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--no-build-isolation", "-w", str(tmp_path), str(ROOT)], check=True,
+                   cwd=tmp_path, capture_output=True, timeout=300)
+    names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
+    shipped = {n for n in names if n.startswith(("launcher/conf/", "launcher/recipes/"))}
+    expected = {f"launcher/{p.relative_to(ROOT)}" for name in ("conf", "recipes")
+                for p in (ROOT / name).rglob("*") if p.suffix in (".yaml", ".py")}
+    assert shipped == expected
