@@ -103,6 +103,10 @@ def refuse(err: ConfigError, run_dir: str) -> None:
 
 
 def main() -> None:
+    if {"--help", "-h"} & set(sys.argv[1:]):
+        from launcher.usage import text
+
+        return print(text())
     register_configs()
     if ranks.external_starter() == "torchrun":  # torchrun runs `launch` once per rank
         sys.argv += ranks.rank_overrides(int(os.environ["RANK"]))
