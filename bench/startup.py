@@ -1,12 +1,15 @@
-"""Start-up cost of `launch`: the resolved config, and a 12-cell sweep's pre-flight.
+"""Start-up cost of `launch`: the resolved config, `--help`, and the dry-run pre-flight of a
+12-cell and a 100-cell sweep.
 
     .venv/bin/python bench/startup.py [--repeats 5]
 
-Times `launch --cfg job +recipe=gpt` and `launch -m ... runtime.dry_run=true` over a 2 x 2 x 3
-grid (compose and validate every cell, print the plan, start nothing), each as a fresh process,
-the median of --repeats runs. Targets on the 2-core machine: 0.6 s and 2 s, and neither may
+Times `launch --cfg job +recipe=gpt`, `launch --help` and `launch -m ... runtime.dry_run=true`
+over a 2 x 2 x 3 grid and a 2 x 2 x 5 x 5 grid (compose and validate every cell, print the plan,
+start nothing), each as a fresh process, the median of --repeats runs. Targets on the 2-core
+machine: `--cfg job` 0.5 s, the 12-cell pre-flight 1.5 s (the 100-cell one is printed: a grid over
+values composes the config once, so it should stay near the 12-cell figure); none of them may
 import torch or megatron (checked in one more run of each). Ends with one machine-readable line:
-`cfg_job_s=X.XX sweep_preflight_s=Y.YY`.
+`cfg_job_s=X.XX help_s=X.XX sweep_preflight_s=Y.YY sweep_100_preflight_s=Z.ZZ`.
 """
 
 import argparse
@@ -20,6 +23,8 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 GRID = ["fsdp.prefetch_first_param_group=true,false", "cuda_graph.impl=none,full_iteration",
         "train.micro_batch_size=1,2,4"]
+GRID_100 = ["fsdp.prefetch_first_param_group=true,false", "cuda_graph.impl=none,full_iteration",
+            "train.lr=1e-4,2e-4,3e-4,4e-4,5e-4", "train.seed=1,2,3,4,5"]
 # Runs launch's entry point and reports, at exit, whether torch or megatron were imported.
 PROBE = ("import atexit, sys; atexit.register(lambda: print('heavy imports:', sorted("
          "m for m in ('torch', 'megatron') if m in sys.modules), file=sys.stderr)); "
@@ -28,8 +33,11 @@ PROBE = ("import atexit, sys; atexit.register(lambda: print('heavy imports:', so
 
 def commands(folder: str) -> dict:
     return {"cfg_job_s": ["--cfg", "job", "+recipe=gpt"],
+            "help_s": ["--help"],
             "sweep_preflight_s": ["-m", "+recipe=gpt", *GRID, "runtime.dry_run=true",
-                                  f"hydra.sweep.dir={folder}/sweep"]}
+                                  f"hydra.sweep.dir={folder}/sweep"],
+            "sweep_100_preflight_s": ["-m", "+recipe=gpt", *GRID_100, "runtime.dry_run=true",
+                                      f"hydra.sweep.dir={folder}/sweep100"]}
 
 
 def wall_time(args: list, cwd: str) -> float:

@@ -8,6 +8,7 @@ import pytest
 from hydra import initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from launcher.cli import register_configs
 from launcher.config import ConfigError
@@ -173,3 +174,39 @@ def test_a_cell_with_no_steady_state_step_is_refused_in_preflight():
     graph = cells[("false", "full_iteration")]
     assert not graph.valid
     assert "train.steps=4 leaves no steady-state step after the 6 excluded" in graph.reason
+
+
+@pytest.mark.parametrize("grid", [
+    ["fsdp.prefetch_first_param_group=true,false", "cuda_graph.impl=none,full_iteration",
+     "train.micro_batch_size=1,2"],
+    ["model=tiny,gpt2_small", "model.hidden_size=128,256", "cuda_graph=none,full_iteration"],
+    ["+recipe=gpt", "fsdp.bucket_size=null,8192", "hydra/launcher=slurm",
+     "hydra.launcher.gpus_per_node=8", "logging.wandb.mode=disabled,offline"],
+])
+def test_each_cell_composes_as_hydras_full_compose_does(grid):
+    """The plan's composer (groups composed once, value overrides on a copy) gives every cell
+    exactly the config Hydra's full compose of that cell gives."""
+    from launcher.sweep.plan import CellComposer, expand_grid
+
+    with initialize_config_module(config_module="launcher.conf", version_base=None):
+        loader = GlobalHydra.instance().config_loader()
+        master = loader.load_configuration("config", [], RunMode.MULTIRUN)
+
+        def load(overrides):
+            return loader.load_sweep_config(master, overrides)
+
+        composer = CellComposer(load, loader)
+        _, cells = expand_grid(grid, loader)
+        for overrides in cells:
+            fast, full = composer(overrides), load(overrides)
+            for config in (fast, full):
+                del config.hydra.overrides, config.hydra.job.override_dirname
+            assert OmegaConf.to_container(fast) == OmegaConf.to_container(full), overrides
+    assert len(composer.composed) == len({tuple(o for o in c if o.split("=")[0] in
+                                                ("model", "cuda_graph", "+recipe",
+                                                 "hydra/launcher")) for c in cells})
+
+
+def test_a_bad_value_is_refused_by_the_composer_as_by_hydra():
+    with pytest.raises(ConfigError, match="fsdp.prefetch_first_param_group"):
+        plan_for("fsdp.prefetch_first_param_group=true,ture")
