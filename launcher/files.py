@@ -3,11 +3,12 @@
 Standard library only; every stage (config aside, which writes nothing) may import it.
 """
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, List, Optional
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -21,19 +22,38 @@ def write_text_atomic(path: str, text: str) -> None:
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
     """Readers see the old file or the whole new one: a temporary file, fsync, rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are for everyone who can read the dir
-        with os.fdopen(fd, "wb") as f:
+    with replaced_whole(path) as (tmp,):
+        with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def replaced_whole(*paths: str) -> Iterator[List[str]]:
+    """Temporary names beside `paths`, for the caller (or a library that wants file names, as
+    megatron's dataset builder does) to write; when the block ends normally each file is synced
+    to the disk and renamed onto its path, and when it raises they are deleted and the paths are
+    left as they were."""
+    temporary = [_beside(path) for path in paths]
+    try:
+        yield temporary
+        for tmp in temporary:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        for tmp, path in zip(temporary, paths):
+            os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for tmp in temporary:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         raise
+
+
+def _beside(path: str) -> str:
+    folder, base = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{base}.", suffix=".tmp")
+    os.fchmod(fd, 0o644)  # mkstemp makes 0600; outputs are for everyone who can read the dir
+    os.close(fd)
+    return tmp
 
 
 def unwritable(folder: str) -> Optional[str]:

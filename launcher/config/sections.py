@@ -16,7 +16,7 @@ from launcher.config.error import ConfigError, positive, size_or_null, text_or_n
 
 @dataclass
 class CheckpointConfig:
-    """Distributed checkpoints in Megatron-FSDP's fsdp_dtensor format (launcher/checkpoint.py)."""
+    """Distributed checkpoints in Megatron-FSDP's fsdp_dtensor format (launcher/run/checkpoint.py)."""
 
     interval: int = 0
     """Save every N steps, and at the last step; 0 saves nothing."""

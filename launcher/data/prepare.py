@@ -25,7 +25,7 @@ import tempfile
 import time
 from typing import Iterator, List, Tuple
 
-from launcher.files import write_json_atomic
+from launcher.files import replaced_whole, write_json_atomic
 from launcher.data.tokenizer import TokenizerError, load_tokenizer
 
 PROG = "launch-prepare"
@@ -234,20 +234,13 @@ class Progress:
 
 
 def import_writer():
-    """megatron-core's DType and IndexedDatasetBuilder, without its import-time warnings
-    (Transformer Engine/Apex missing, no CUDA runtime): they are noise for a tokenizing tool."""
-    import logging
-    import warnings
+    """megatron-core's DType and IndexedDatasetBuilder, its import-time notices (Transformer
+    Engine/Apex missing, no CUDA runtime) filtered as the ranks filter them."""
+    from launcher import notices
 
-    torch_log = logging.getLogger("torch.utils.cpp_extension")
-    level = torch_log.level
-    torch_log.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
-    finally:
-        torch_log.setLevel(level)
+    notices.install()
+    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+
     return DType, IndexedDatasetBuilder
 
 
@@ -257,21 +250,6 @@ def token_dtype(dtype_enum, vocab_size: int):
 
     optimal = getattr(dtype_enum, "optimal_dtype", None)
     return optimal(vocab_size) if optimal is not None else numpy.int32
-
-
-def temporary_path(prefix: str, suffix: str) -> str:
-    """A fresh hidden file next to PREFIX, to be renamed onto PREFIX + suffix."""
-    folder, base = os.path.split(os.path.abspath(prefix))
-    fd, path = tempfile.mkstemp(dir=folder, prefix=f".{base}.", suffix=f"{suffix}.tmp")
-    os.fchmod(fd, 0o644)  # mkstemp makes 0600; a dataset is for everyone who can read the dir
-    os.close(fd)
-    return path
-
-
-def fsync_file(path: str) -> None:
-    """Flushes a closed file to the disk before it is renamed into place."""
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
 
 
 def write_documents(builder, documents: Iterator[str], tokenizer, append_eod: bool, dtype,
@@ -296,34 +274,25 @@ def write_documents(builder, documents: Iterator[str], tokenizer, append_eod: bo
 def write_dataset(prefix: str, paths: List[str], json_key: str, tokenizer, append_eod: bool,
                   total: int, rule: tuple = ("file", 0)) -> Tuple[int, int]:
     """Writes PREFIX.bin and PREFIX.idx with megatron-core's builder, under temporary names
-    renamed at the end; returns (documents, tokens)."""
+    renamed at the end (launcher.files.replaced_whole); returns (documents, tokens)."""
     dtype_enum, builder_class = import_writer()
     dtype = token_dtype(dtype_enum, tokenizer.vocab_size)
-    tmp_bin, tmp_idx = temporary_path(prefix, ".bin"), temporary_path(prefix, ".idx")
     progress = Progress(total)
-    builder = None
     try:
-        builder = builder_class(tmp_bin, dtype=dtype)
-        counts = write_documents(builder, read_documents(paths, json_key, rule), tokenizer,
-                                 append_eod, dtype, progress)
-        if counts[0] == 0:
-            raise PrepareError(f"no document of {', '.join(paths[:3])} has a token; use "
-                               "--append-eod or another tokenizer")
-        builder.finalize(tmp_idx)
-        progress.close()
-        fsync_file(tmp_bin)
-        fsync_file(tmp_idx)
-        os.replace(tmp_bin, prefix + ".bin")
-        os.replace(tmp_idx, prefix + ".idx")
+        with replaced_whole(prefix + ".bin", prefix + ".idx") as (tmp_bin, tmp_idx):
+            builder = builder_class(tmp_bin, dtype=dtype)
+            try:
+                counts = write_documents(builder, read_documents(paths, json_key, rule),
+                                         tokenizer, append_eod, dtype, progress)
+                if counts[0] == 0:
+                    raise PrepareError(f"no document of {', '.join(paths[:3])} has a token; use "
+                                       "--append-eod or another tokenizer")
+                builder.finalize(tmp_idx)
+            finally:
+                builder.data_file.close()  # finalize closed it; on an error it is still open
         return counts
-    except BaseException:
+    finally:
         progress.close()
-        if builder is not None:
-            builder.data_file.close()
-        for path in (tmp_bin, tmp_idx):
-            if os.path.exists(path):
-                os.unlink(path)
-        raise
 
 
 def prepare(paths: List[str], prefix: str, tokenizer, json_key: str = "text",

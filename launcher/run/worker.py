@@ -9,7 +9,8 @@ from typing import Optional
 
 import torch
 
-from launcher.run import cpu_compat, crashes, gloo, metrics, notices, ranks
+from launcher import notices
+from launcher.run import cpu_compat, crashes, gloo, metrics, ranks
 from launcher.config import Config, WandbMode, as_dict
 from launcher.run.environment import RECORDED
 from launcher.run.failures import classify_failure

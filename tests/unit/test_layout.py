@@ -113,6 +113,7 @@ FORBIDDEN = [
     ("data", "run", False, "data is used by run, never the reverse"),
     ("data", "sweep", False, "data is used by run and launch-prepare only"),
     ("files", "config", False, "files is the bottom helper"),
+    ("notices", "config", False, "notices is a bottom helper"),
 ]
 
 

@@ -1,6 +1,7 @@
 """The known notices of megatron-core and torch that tell a launcher user nothing, filtered in
 this one place, each with why. Anything else, a warning about the user's own settings included,
-is shown as it comes. Installed by every rank before megatron is imported."""
+is shown as it comes. Installed by every rank, and by `launch-prepare`, before megatron is
+imported. Standard library only: every stage may import it."""
 
 import logging
 import warnings
