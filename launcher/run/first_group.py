@@ -25,7 +25,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 
@@ -133,7 +133,8 @@ class FirstGroupProbe:
 
     def __init__(self, adapter, timed: bool):
         self.prefetches = 0
-        self.samples = {}
+        self.samples: Dict[int, Sample] = {}  # step -> its measurement, once the step has ended
+        self._pending: Optional[tuple] = None  # (issue, waited) of the step running now
         self.clock = (CudaClock() if torch.cuda.is_available() else HostClock()) if timed else None
         self._engine = adapter.module
         self._pipeline = self._engine.all_gather_pipeline
@@ -153,9 +154,8 @@ class FirstGroupProbe:
     def step_ends(self) -> None:
         """After the step's sync point: the step's events are complete and can be read."""
         self._active = False
-        pending = self.samples.get(self._step)
-        if isinstance(pending, tuple):
-            issue, waited = pending
+        if self._pending is not None:
+            (issue, waited), self._pending = self._pending, None
             allgather, wait = self.clock.seconds(issue, waited)
             self.samples[self._step] = Sample(issue.where, issue.nbytes, allgather, wait)
 
@@ -185,8 +185,8 @@ class FirstGroupProbe:
             issue, self._issue = self._issue, None
             waited = self.clock.waiting() if self._measuring(issue) else None
             result = wait(bucket_id, bwd, *args, **kwargs)
-            if waited is not None and self._step not in self.samples:
-                self.samples[self._step] = (issue, waited())
+            if waited is not None and self._pending is None:  # the step's first wait on it
+                self._pending = (issue, waited())
             return result
 
         adapter.start_param_sync = probed_start_param_sync
@@ -245,8 +245,7 @@ def _capturing() -> bool:
 
 def summarise(probe: FirstGroupProbe, steady_steps: list, captured: bool) -> dict:
     """The summary's first-group fields over the steady-state steps: medians of the samples."""
-    samples = [probe.samples[s] for s in steady_steps
-               if isinstance(probe.samples.get(s), Sample)]
+    samples = [probe.samples[s] for s in steady_steps if s in probe.samples]
     fields = {"first_group_bytes": probe.nbytes(), "first_group_allgather_s": None,
               "first_group_wait_s": None, "first_group_issued_in": None,
               "first_group_samples": len(samples)}

@@ -2,7 +2,6 @@
 
 import dataclasses
 import os
-import resource
 import socket
 from datetime import timedelta
 from typing import Optional
@@ -10,14 +9,11 @@ from typing import Optional
 import torch
 
 from launcher import notices
-from launcher.run import cpu_compat, crashes, gloo, metrics, ranks
-from launcher.config import Config, WandbMode, as_dict
+from launcher.run import cpu_compat, crashes, gloo, ranks, record
+from launcher.config import Config, as_dict
 from launcher.run.environment import RECORDED
 from launcher.run.failures import classify_failure
-from launcher.summary import RunMetrics, RunSummary
-from launcher.run.outputs import (
-    Loggers, MetricsFile, NullLogger, TensorboardLogger, WandbLogger,
-)
+from launcher.summary import RunSummary
 
 
 def run_rank(cfg: Config, run_dir: str, device_type: str,
@@ -86,7 +82,7 @@ def _train(cfg, run_dir, rank, world_size, on_cpu, resume_from):
         cfg.cuda_graph, model.config.cuda_graph_use_single_mempool, on_cpu)
 
     devices, env = gather_ranks(on_cpu)
-    writer = _Recorder(cfg, run_dir, rank, world_size, on_cpu, first_step)
+    writer = Recorder(cfg, run_dir, rank, world_size, on_cpu, first_step)
     if rank == 0:
         print_start(cfg, model, devices, world_size, on_cpu, first_step)
     saver = Saver(cfg, run_dir, model, optimizer, scheduler)
@@ -220,153 +216,58 @@ def local_shard_numel(model) -> int:
     return total
 
 
-class _Recorder:
-    """Per-step metrics: printed and written to metrics.jsonl and wandb on rank 0."""
+class Recorder:
+    """A rank's recording while it trains (launcher.run.record): every step into its step log,
+    and on rank 0, every logging.interval-th step, into the dashboards and the console."""
 
     def __init__(self, cfg, run_dir, rank, world_size, on_cpu, first_step):
-        self.cfg, self.run_dir = cfg, run_dir
+        self.cfg, self.rank, self.on_cpu = cfg, rank, on_cpu
         self.config = as_dict(cfg)  # what the summary and the dashboards record
-        self.first_step = first_step
-        self.rank, self.world_size, self.on_cpu = rank, world_size, on_cpu
-        model = cfg.model
-        self.tokens_per_step = cfg.train.global_batch_size * model.seq_length
-        self.flops = metrics.flops_per_step(
-            cfg.train.global_batch_size, model.seq_length, model.hidden_size, model.num_layers,
-            model.ffn_size, model.num_attention_heads, model.query_groups,
-            model.hidden_size // model.num_attention_heads,
-            model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size),
-            model.activation.value == "swiglu")
         self.device_name = None if on_cpu else torch.cuda.get_device_name()
-        precision = cfg.train.precision.value
-        self.peak = metrics.peak_flops(self.device_name, precision)
-        self.steps, self.valid_losses, self.rss = [], [], [None, None]
-        self.jsonl = self.logger = None
-        if rank == 0:
-            self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"), first_step)
-            self.logger = loggers(cfg.logging, run_dir, self.config)
+        self.rates = record.Rates.of(cfg, world_size, self.device_name)
+        self.log = record.StepLog(first_step)
+        self.dashboards = record.Dashboards(cfg, run_dir, rank, first_step, self.config)
 
     def on_step(self, step, loss, grad_norm, seconds, lr, first_group=None):
-        self.steps.append({"step": step, "loss": loss, "step_time_s": seconds})
-        self.rss[len(self.steps) > 1] = metrics.current_rss_bytes()  # [first step, latest]
+        self.log.step(step, loss, seconds)
         if self.rank != 0 or step % self.cfg.logging.interval:
             return
-        tps = metrics.tokens_per_s_per_gpu(self.tokens_per_step, seconds, self.world_size)
-        tflops = metrics.tflops_per_gpu(self.flops, seconds, self.world_size)
-        mfu = metrics.mfu(tflops * 1e12, self.peak)
-        record = {"step": step, "loss": loss, "grad_norm": _float(grad_norm), "lr": lr,
-                  "step_time_s": seconds, "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops,
-                  "mfu": mfu, **first_group_record(first_group)}
-        self.jsonl.write(record)
-        self.logger.log({"train/loss": loss, "train/grad_norm": record["grad_norm"],
-                         "train/lr": lr,
-                         "perf/step_time_s": seconds, "perf/tokens_per_s_per_gpu": tps,
-                         "perf/tflops_per_gpu": tflops, "perf/mfu": mfu,
-                         **{f"perf/{k}": v for k, v in first_group_record(first_group).items()}},
-                        step=step)
-        if self.cfg.logging.print_steps is not False:
-            print(f"step {step:>4}/{self.cfg.train.steps}  loss {loss:.4f}  "
-                  f"step {seconds * 1e3:7.1f} ms  {tps:9.0f} tokens/s/GPU", flush=True)
+        tps, tflops = self.rates.tokens_per_s(seconds), self.rates.tflops(seconds)
+        mfu, timings = self.rates.mfu(tflops), first_group_record(first_group)
+        self.dashboards.write(
+            step,
+            {"loss": loss, "grad_norm": _float(grad_norm), "lr": lr, "step_time_s": seconds,
+             "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops, "mfu": mfu, **timings},
+            {"train/loss": loss, "train/grad_norm": _float(grad_norm), "train/lr": lr,
+             "perf/step_time_s": seconds, "perf/tokens_per_s_per_gpu": tps,
+             "perf/tflops_per_gpu": tflops, "perf/mfu": mfu,
+             **{f"perf/{k}": v for k, v in timings.items()}})
+        self._print(f"step {step:>4}/{self.cfg.train.steps}  loss {loss:.4f}  "
+                    f"step {seconds * 1e3:7.1f} ms  {tps:9.0f} tokens/s/GPU")
 
     def on_eval(self, step, loss):
-        self.valid_losses.append({"step": step, "valid_loss": loss})
+        self.log.valid(step, loss)
         if self.rank != 0:
             return
-        self.jsonl.write({"step": step, "valid_loss": loss})
-        self.logger.log({"valid/loss": loss}, step=step)
+        self.dashboards.write(step, {"valid_loss": loss}, {"valid/loss": loss})
+        self._print(f"step {step:>4}/{self.cfg.train.steps}  validation loss {loss:.4f}")
+
+    def _print(self, line: str) -> None:
         if self.cfg.logging.print_steps is not False:
-            print(f"step {step:>4}/{self.cfg.train.steps}  validation loss {loss:.4f}", flush=True)
+            print(line, flush=True)
 
     def close(self, status: str, summary) -> None:
-        """Ends rank 0's outputs: the summary's metrics (if the run got that far) and its status
-        logged at the last step, then metrics.jsonl and every logger closed."""
-        if self.rank != 0:
-            return
-        self.jsonl.close()
-        last = self.steps[-1]["step"] if self.steps else self.first_step
-        result = dataclasses.asdict(summary.metrics) if summary else {}
-        self.logger.log({f"summary/{k}": v for k, v in result.items() if v is not None}, last)
-        self.logger.close(status)
+        """Rank 0's dashboards end, with the summary's metrics if the run got that far."""
+        self.dashboards.close(status, self.log.last_step(), summary)
 
-    def summary(self, probe, captured, mcore_version, shard_numel):
-        from launcher.run.first_group import summarise
-
-        skip = self.first_step - 1 + self.cfg.excluded_steps  # a resumed run warms up again
-        steady = [s for s in self.steps if s["step"] > skip]
-        times = [s["step_time_s"] for s in steady]
-        result = RunMetrics(
-            **throughput(self, times),
-            **peak_memory(self.on_cpu),
-            # memory a step adds (rank 0's RSS after the last step minus after the first, per step)
-            rss_growth_bytes_per_step=metrics.growth_per_step(*self.rss, len(self.steps)),
-            final_loss=self.steps[-1]["loss"],
-            final_valid_loss=self.valid_losses[-1]["valid_loss"] if self.valid_losses else None,
-            first_group_prefetches=probe.prefetches,
-            **summarise(probe, [s["step"] for s in steady], captured),
-            cuda_graph_captured=captured,
-        )
-        return RunSummary(
-            metrics=result, config=self.config, backend="gloo" if self.on_cpu else "nccl",
-            world_size=self.world_size, device=self.device_name or "cpu",
-            # callbacks torch holds for a CUDA initialisation a CPU run never makes: constant, or
-            # memory grows with steps (launcher.run.cpu_compat runs megatron's RNG calls at once)
-            torch_cuda_queued_calls=len(torch.cuda._queued_calls) if self.on_cpu else None,
-            megatron_core_version=mcore_version, torch_version=torch.__version__,
-            steps_run=[s["step"] for s in self.steps],
-            steady_state_steps=[s["step"] for s in steady],
-            steady_state_step_times_s=times,  # the samples of a sweep's statistics
-            tokens_per_step=self.tokens_per_step, flops_per_step=self.flops, peak_flops=self.peak,
-            rank0_weight_shard_numel=shard_numel)
-
-
-def loggers(logging, run_dir: str, config: dict):
-    """Rank 0's loggers (launcher.run.outputs): wandb unless disabled, TensorBoard if enabled."""
-    chosen = []
-    if logging.wandb.mode != WandbMode.disabled:
-        chosen.append(WandbLogger(logging.wandb, run_dir, config,
-                                  logging.wandb.name or os.path.basename(run_dir)))
-    if logging.tensorboard.enabled:
-        folder = os.path.join(logging.tensorboard.dir or os.path.join(run_dir, "tb"),
-                              logging.tensorboard.name or os.path.basename(run_dir))
-        chosen.append(TensorboardLogger(folder, config))
-    return Loggers(chosen) if chosen else NullLogger()
-
-
-def throughput(recorder, times) -> dict:
-    """tokens/s/GPU, TFLOP/s/GPU (medians of the per-step rates: metrics.median_per_step), MFU
-    and step-time percentiles over the steady-state step times; all null, with the reason, when
-    there is none."""
-    if not times:
-        first, last = recorder.steps[0]["step"], recorder.steps[-1]["step"]
-        reason = (f"no steady-state step: steps {first}..{last} all fall within the first "
-                  f"{recorder.cfg.excluded_steps} this run leaves out (train.warmup_steps, plus "
-                  "CUDA-graph warmup and capture); run more steps to measure throughput")
-        return {"tokens_per_s_per_gpu": None, "tflops_per_gpu": None, "mfu": None,
-                "step_time_s_p50": None, "step_time_s_p90": None, "throughput_null_reason": reason}
-    stats = metrics.step_time_stats(times)
-    world = recorder.world_size
-    tflops = metrics.median_per_step(
-        lambda t: metrics.tflops_per_gpu(recorder.flops, t, world), times)
-    return {"tokens_per_s_per_gpu": metrics.median_per_step(
-                lambda t: metrics.tokens_per_s_per_gpu(recorder.tokens_per_step, t, world), times),
-            "tflops_per_gpu": tflops, "mfu": metrics.mfu(tflops * 1e12, recorder.peak),
-            "step_time_s_p50": stats["p50"], "step_time_s_p90": stats["p90"]}
-
-
-def peak_memory(on_cpu: bool) -> dict:
-    """Rank 0's peaks since the end of the first step (launcher.run.loop.train resets them there):
-    the CUDA allocator's allocated and reserved bytes (reserved holds a CUDA graph's pool), null on
-    a CPU; and the process's max RSS (Linux reports KiB), which counts start-up too."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    if on_cpu:
-        return {"peak_memory_allocated_bytes": None, "peak_memory_reserved_bytes": None,
-                "peak_rss_bytes": rss}
-    return {"peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
-            "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(), "peak_rss_bytes": rss}
+    def summary(self, probe, captured, mcore_version, shard_numel) -> RunSummary:
+        return record.summary(self.cfg, self.config, self.rates, self.log, probe, captured,
+                              self.on_cpu, self.device_name, mcore_version, shard_numel)
 
 
 def first_group_record(sample) -> dict:
     """A step's first-group timings (launcher.run.first_group), where the step has one."""
-    if sample is None or isinstance(sample, tuple):
+    if sample is None:
         return {}
     return {"first_group_allgather_s": sample.allgather_s, "first_group_wait_s": sample.wait_s}
 
