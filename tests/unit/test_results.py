@@ -1,10 +1,10 @@
 """A sweep's results read back from disk: statuses, failure classes, speedups, the tables."""
 
 import csv
-import json
 
 import pytest
 
+from launcher import summary as run_summary
 from launcher.run.failures import classify_failure, excerpt
 from launcher.sweep.results import collect, write_tables
 from launcher.sweep.plan import Cell, Plan
@@ -13,23 +13,27 @@ KEYS = ["fsdp.prefetch_first_param_group"]
 
 
 def summary(step_ms, status="ok"):
-    """What a run's summary.json holds (the fields the results read)."""
+    """A run's result, hand-built as the typed value its rank returns (launcher.summary)."""
     if status != "ok":
-        return {"status": status, "message": f"{status} happened", "log_excerpt": "last lines"}
-    return {"status": "ok", "world_size": 2, "tokens_per_step": 1000, "flops_per_step": 4e12,
-            "peak_flops": None, "device": "cpu", "backend": "gloo",
-            "config": {"cuda_graph": {"impl": "none"}, "train": {"precision": "fp32"}},
-            "steady_state_step_times_s": [t / 1e3 for t in step_ms],
-            "metrics": {"peak_memory_allocated_bytes": 3 * 2**20,
-                        "peak_memory_reserved_bytes": 4 * 2**20, "peak_rss_bytes": 2**30, "cuda_graph_captured": False,
-                        "first_group_prefetches": 5, "final_loss": 2.0}}
+        return run_summary.RunFailure(status=status, message=f"{status} happened",
+                                      log_excerpt="last lines")
+    return run_summary.RunSummary(
+        metrics=run_summary.RunMetrics(peak_memory_allocated_bytes=3 * 2**20,
+                                       peak_memory_reserved_bytes=4 * 2**20,
+                                       peak_rss_bytes=2**30, first_group_prefetches=5,
+                                       final_loss=2.0),
+        config={"cuda_graph": {"impl": "none"}, "train": {"precision": "fp32"}},
+        world_size=2, tokens_per_step=1000, flops_per_step=4e12, device="cpu", backend="gloo",
+        steady_state_step_times_s=[t / 1e3 for t in step_ms])
 
 
-def write_run(sweep_dir, cell, repeat, attempt, content):
+def write_run(sweep_dir, cell, repeat, attempt, result):
+    """The run's folder, and its summary.json written by the one writer (none: a run that left
+    no summary)."""
     folder = sweep_dir / cell / f"repeat{repeat}" / f"attempt{attempt}"
     folder.mkdir(parents=True)
-    if content is not None:
-        (folder / "summary.json").write_text(json.dumps(content))
+    if result is not None:
+        run_summary.write(str(folder), result)
 
 
 @pytest.fixture
