@@ -102,11 +102,26 @@ def refuse(err: ConfigError, run_dir: str) -> None:
         summary.write(run_dir, summary.RunFailure(status="invalid", message=str(err)))
 
 
+def empty_folder_override(arguments: list) -> str:
+    """The first `hydra.run.dir=` / `hydra.sweep.dir=` given an empty value, else "": Hydra would
+    write the run's files into the current directory."""
+    for argument in arguments:
+        key, _, value = argument.partition("=")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value.strip("'\" ") == "":
+            return key.lstrip("+")
+    return ""
+
+
 def main() -> None:
     if {"--help", "-h"} & set(sys.argv[1:]):
         from launcher.usage import text
 
         return print(text())
+    empty = empty_folder_override(sys.argv[1:])
+    if empty:  # before Hydra, which writes .hydra/ into the folder first
+        print(f"error: {empty} is empty; give it a folder, or drop it for the default "
+              "(outputs/DATE/TIME, multirun/DATE/TIME with -m)", file=sys.stderr)
+        sys.exit(2)
     register_configs()
     if ranks.external_starter() == "torchrun":  # torchrun runs `launch` once per rank
         sys.argv += ranks.rank_overrides(int(os.environ["RANK"]))

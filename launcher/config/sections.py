@@ -131,6 +131,10 @@ class DataConfig:
         if DataKind(self.kind) == DataKind.indexed and not self.path:
             raise ConfigError("data=indexed needs data.path; set data.path=PREFIX (the output of "
                               "`launch-prepare`), or \"W1 PREFIX1 W2 PREFIX2\" to blend")
+        if DataKind(self.kind) == DataKind.mock and self.path is not None:
+            # else the run would train on mock data while its config names a dataset
+            raise ConfigError(f"data.path={self.path} is read by data=indexed only, and this run's "
+                              "data is mock; add data=indexed to train on it, or drop data.path")
         if not re.fullmatch(r"\d+(\.\d*)?,\d+(\.\d*)?,\d+(\.\d*)?", self.split):
             raise ConfigError(f"data.split={self.split} is not three comma-separated weights; "
                               "set it like data.split=98,2,0")

@@ -128,6 +128,11 @@ CATALOGUE = [
     # wandb online without credentials (the test's HOME has no .netrc, WANDB_API_KEY is unset)
     (["logging.wandb.mode=online"], "wandb has no credentials for"),
     (["-m", "logging.wandb.mode=online"], "run `wandb login` (or set WANDB_API_KEY)"),
+    # a dataset named while the data is mock (it would train on mock data); an empty folder for
+    # the run or the sweep (Hydra would write into the current directory)
+    (["data.path=/tmp/corpus"], "is read by data=indexed only"),
+    (["hydra.run.dir="], "hydra.run.dir is empty"),
+    (["-m", "hydra.sweep.dir=''"], "hydra.sweep.dir is empty"),
 ]
 
 

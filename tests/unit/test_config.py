@@ -179,6 +179,12 @@ def test_a_split_without_training_weight_is_refused():
         make("data.split='0,1,0'")
 
 
+def test_a_dataset_named_for_mock_data_is_refused():
+    with pytest.raises(ConfigError, match=r"data.path=x is read by data=indexed only, and this "
+                                          r"run's data is mock; add data=indexed"):
+        make("data.path=x")
+
+
 def test_validation_of_a_split_without_validation_weight_is_refused():
     make("data=indexed", "data.path=x", "data.split='100,0,0'")  # valid without validation
     with pytest.raises(ConfigError, match=r"train.eval_interval=5 reads the validation split, "
