@@ -52,6 +52,10 @@ class ModelConfig:
             positive(f"model.{key}", getattr(self, key))
         for key in ("vocab_size", "ffn_hidden_size", "num_query_groups"):
             size_or_null(f"model.{key}", getattr(self, key))
+        for key in ("vocab_size", "mock_vocab_size"):
+            if getattr(self, key) == 1:  # every target is token 0: the loss is 0 from step 1
+                raise ConfigError(f"model.{key}=1 leaves nothing to predict (one token); "
+                                  f"set model.{key} to 2 or more")
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} is not divisible by "

@@ -179,6 +179,12 @@ def test_a_split_without_training_weight_is_refused():
         make("data.split='0,1,0'")
 
 
+@pytest.mark.parametrize("key", ["vocab_size", "mock_vocab_size"])
+def test_a_one_token_vocabulary_is_refused(key):
+    with pytest.raises(ConfigError, match=rf"model.{key}=1 leaves nothing to predict"):
+        make(f"model.{key}=1")
+
+
 def test_a_dataset_named_for_mock_data_is_refused():
     with pytest.raises(ConfigError, match=r"data.path=x is read by data=indexed only, and this "
                                           r"run's data is mock; add data=indexed"):
