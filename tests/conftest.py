@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,3 +46,64 @@ def cpu_tiers_see_no_gpu(request, monkeypatch):
 @pytest.fixture
 def launch(tmp_path):
     return lambda *overrides: run_launch(tmp_path, *overrides)
+
+
+# The README's commands, each run once per session as a new user types it, from a folder holding
+# the checkout's .venv: test_readme.py runs every one; test_tune.py reads the README's tuning
+# sweep instead of racing one of its own.
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(sys.executable).parent.parent
+SETUP = ("make ", ".venv/bin/python -m pytest")  # the two commands that make and test the .venv
+CPU_RUNS = ("+recipe=tiny_cpu ", "+recipe=tiny_cpu\n", "model=tiny", "sweep_tiny_cpu",
+            "--help", "--cfg", "launch-prepare")
+
+
+def readme_commands() -> list:
+    """The indented shell lines of README.md (continuations joined), comments cut, in order."""
+    commands, current = [], None
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if current is None and not re.match(r"^    (\.venv/bin/|make )", line):
+            continue
+        text = line.split("  #")[0].strip()
+        current = f"{current} {text}" if current else text
+        if current.endswith("\\"):
+            current = current[:-1].strip()
+        else:
+            commands.append(current)
+            current = None
+    return [c for c in commands if not c.startswith(SETUP)]
+
+
+def runs_on_a_cpu(command: str) -> bool:
+    """A command a CPU runs here; a Slurm one runs in tests/slurm, on a cluster."""
+    return any(marker in command + "\n" for marker in CPU_RUNS) and "tiny_cpu_text" not in command \
+        and "hydra/launcher=slurm" not in command
+
+
+@pytest.fixture(scope="session")
+def user_home(tmp_path_factory):
+    """Where a user's shell is: the checkout's .venv at .venv, nothing else."""
+    folder = tmp_path_factory.mktemp("user")
+    (folder / ".venv").symlink_to(VENV)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def readme_command(user_home):
+    """run(command) -> the completed process of a README command, run once in this session:
+    verbatim where a CPU runs it, else with `runtime.dry_run=true` appended, which passes it
+    through every pre-flight check."""
+    done = {}
+
+    def run(command: str) -> subprocess.CompletedProcess:
+        if command not in done:
+            args = command.split()
+            if not runs_on_a_cpu(command):
+                args.append("runtime.dry_run=true")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+            env["HOME"] = str(user_home / "home")
+            done[command] = subprocess.run(args, cwd=user_home, env=env, capture_output=True,
+                                           text=True, timeout=900)
+        return done[command]
+
+    return run

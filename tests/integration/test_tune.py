@@ -1,8 +1,10 @@
-"""`launch -m ... sweep.tune=true` as a user runs it on the CPU: a grid with a clear loser (one
-microbatch per forward against eight, at the same global batch) is raced, the loser stops after
-round 2, the tuned recipe is written and runs; the same command again runs nothing."""
+"""`launch -m ... sweep.tune=true` as the README shows it, run on the CPU (once: test_readme.py's
+run of it is this one): a grid with a clear loser (one microbatch per forward against eight, at
+the same global batch) is raced, the loser stops after round 2, the tuned recipe is written and
+runs; the same command again runs nothing."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,12 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import readme_commands
+
 pytestmark = pytest.mark.integration
 
 LAUNCH = str(Path(sys.executable).parent / "launch")
-TUNE = ["-m", "+recipe=tiny_cpu", "train.micro_batch_size=1,8", "train.global_batch_size=8",
-        "train.steps=6", "train.warmup_steps=1", "sweep.tune=true", "sweep.repeats=3",
-        "logging.wandb.mode=disabled"]
+TUNE = (".venv/bin/launch -m +recipe=tiny_cpu train.micro_batch_size=1,8 "
+        "train.global_batch_size=8 sweep.tune=true sweep.repeats=3")
 
 
 def launch(folder, *args):
@@ -25,11 +28,12 @@ def launch(folder, *args):
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tune") / "out"
-    proc = launch(folder, *TUNE, f"hydra.sweep.dir={folder}")
+def tuned(readme_command, user_home):
+    assert TUNE in readme_commands()  # what the README shows, verbatim
+    proc = readme_command(TUNE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc, folder
+    folder = re.search(r"run it: launch --config-dir (\S+) \+recipe=tuned", proc.stdout).group(1)
+    return proc, user_home / folder  # the sweep's folder, as printed (relative to the user's)
 
 
 def summaries(folder):
@@ -55,7 +59,7 @@ def test_the_tuned_recipe_holds_the_winner_and_its_evidence(tuned):
     assert body["defaults"] == ["tiny_cpu", "_self_"]
     assert body["train"]["micro_batch_size"] == 8 and "logging" not in body
     lines = proc.stdout.strip().splitlines()
-    assert lines[-1] == f"[sweep] run it: launch --config-dir {folder} +recipe=tuned"
+    assert re.fullmatch(r"\[sweep\] run it: launch --config-dir \S+ \+recipe=tuned", lines[-1])
     shown = launch(folder, "--config-dir", str(folder), "+recipe=tuned", "--cfg", "job")
     assert shown.returncode == 0, shown.stderr[-2000:]
     job = yaml.safe_load(shown.stdout)
@@ -66,7 +70,7 @@ def test_the_tuned_recipe_holds_the_winner_and_its_evidence(tuned):
 def test_the_same_command_again_runs_nothing_new(tuned):
     _, folder = tuned
     before = summaries(folder)
-    proc = launch(folder, *TUNE, f"hydra.sweep.dir={folder}")
+    proc = launch(folder, *TUNE.split()[1:], f"hydra.sweep.dir={folder}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "at most 0 runs to do, 4 already ok" in proc.stdout
     assert "the race has ended: one cell left after round 2" in proc.stdout
