@@ -60,8 +60,9 @@ def test_startup_benchmark_runs_and_ends_with_its_line():
                           cwd=Path(__file__).parents[2])
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
-    assert re.fullmatch(r"cfg_job_s=\d+\.\d\d sweep_preflight_s=\d+\.\d\d", lines[-1])
-    assert sum("heavy imports: []" in line for line in lines) == 2
+    assert re.fullmatch(r"cfg_job_s=\d+\.\d\d help_s=\d+\.\d\d sweep_preflight_s=\d+\.\d\d "
+                        r"sweep_100_preflight_s=\d+\.\d\d", lines[-1])
+    assert sum("heavy imports: []" in line for line in lines) == 4
 
 
 def test_overhead_benchmark_runs_and_ends_with_its_line():
