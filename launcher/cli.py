@@ -57,15 +57,13 @@ def _main(composed: DictConfig) -> None:
         resume.check_writable(cfg.train.checkpoint, run_dir)
         check_folders(cfg.logging, cfg.data)
         check_wandb_login(cfg.logging.wandb)
-        check_support(cfg.model, cfg.parallel)
+        if not cfg.runtime.dry_run:
+            check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
         environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
     except ConfigError as err:
         return refuse(err, run_dir)
     if cfg.runtime.dry_run:
-        from launcher.run.estimate import describe
-
-        world = cfg.runtime.world_size
-        return print(describe(cfg, world, check_world_size(cfg, world)))
+        return print(dry_run(cfg))
     from launcher.run.spawn import run
 
     os.environ.update(environment)  # before any rank, and before torch reads CUDA's settings
@@ -73,6 +71,20 @@ def _main(composed: DictConfig) -> None:
         set_exit_code(run(cfg, run_dir, resume_from))
     except ConfigError as err:  # a CUDA device asked for and none seen; a starter's world
         refuse(err, run_dir)
+
+
+def dry_run(cfg: Config) -> str:
+    """The estimate; and where this installation could not build the run (a recipe for GPUs with
+    Transformer Engine, estimated on a laptop), why, as a line of it rather than a refusal."""
+    from launcher.run.estimate import describe
+
+    world = cfg.runtime.world_size
+    try:
+        check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
+        here = ""
+    except ConfigError as err:
+        here = f"here the run would be refused: {err}"
+    return describe(cfg, world, check_world_size(cfg, world), here)
 
 
 def with_vocab(cfg: Config) -> Config:

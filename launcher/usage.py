@@ -62,6 +62,11 @@ def text() -> str:
     lines += [f"  {group}: {', '.join(options)}" for group, options in groups()]
     lines += [
         "",
+        "Models: GPT-2 style (tiny, gpt2_small), Llama 3 (llama3_8b, llama3_70b), mixtures of",
+        "experts (moe_small, deepseek_v3_proxy; model.moe.*), each with a *_tiny CPU twin. On",
+        "megatron-core's local spec (no Transformer Engine) the experts run as SequentialMLP, one",
+        "GEMM per expert, no grouped GEMM; its MoE cannot be captured in a full-iteration graph.",
+        "",
         "More:",
         "  launch --cfg job [OVERRIDES]        every key of the resolved config (imports no torch)",
         "  launch ... runtime.dry_run=true     the checks, and the plan or estimate; starts nothing",

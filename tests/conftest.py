@@ -19,6 +19,17 @@ GPT_TINY = ["+recipe=gpt", "model=tiny", "train.steps=10", "train.lr_warmup_step
             "train.warmup_steps=2", "train.global_batch_size=8", "train.micro_batch_size=2"]
 
 
+def make_config(*overrides):
+    """The typed Config of `overrides`, through Hydra's real compose and the schema's checks."""
+    from hydra import compose, initialize_config_module
+
+    from launcher.cli import register_configs, to_config
+
+    register_configs()
+    with initialize_config_module(config_module="launcher.conf", version_base=None):
+        return to_config(compose(config_name="config", overrides=list(overrides)))
+
+
 def run_launch(tmp_path, *overrides, timeout=600):
     """`launch` as a user runs it, in a fresh process; returns (completed, run_dir)."""
     run_dir = tmp_path / "run"

@@ -13,6 +13,42 @@ class Normalization(str, Enum):
     RMSNorm = "RMSNorm"
 
 
+class PositionEmbedding(str, Enum):
+    learned_absolute = "learned_absolute"
+    rope = "rope"
+
+
+class TokenDispatcher(str, Enum):
+    alltoall = "alltoall"
+    allgather = "allgather"
+
+
+class RouterScore(str, Enum):
+    softmax = "softmax"
+    sigmoid = "sigmoid"
+
+
+class RecomputeGranularity(str, Enum):
+    selective = "selective"
+    full = "full"
+
+
+class RecomputeMethod(str, Enum):
+    uniform = "uniform"
+    block = "block"
+
+
+class RecomputeModule(str, Enum):
+    """megatron-core's recompute_modules that the local spec can honour (moe_act needs grouped
+    GEMM, mla_up_proj multi-latent attention, gdn_norm_out GatedDeltaNet: none of them built)."""
+
+    core_attn = "core_attn"
+    layernorm = "layernorm"
+    mlp = "mlp"
+    moe = "moe"
+    shared_experts = "shared_experts"
+
+
 class LayerSpec(str, Enum):
     auto = "auto"
     local = "local"
@@ -24,6 +60,13 @@ class ShardingStrategy(str, Enum):
     optim = "optim"
     optim_grads = "optim_grads"
     optim_grads_params = "optim_grads_params"
+
+
+class OuterSharding(str, Enum):
+    """HSDP: what is sharded across the data-parallel groups (outer_dp_sharding_strategy)."""
+
+    no_shard = "no_shard"
+    optim = "optim"
 
 
 class FsdpDtype(str, Enum):

@@ -9,15 +9,18 @@ from typing import List, Optional
 
 from launcher.config.choices import (
     Activation, CudaGraphImpl, CudaGraphModule, FsdpDtype, LayerSpec, Normalization,
-    ShardingStrategy,
+    OuterSharding, PositionEmbedding, ShardingStrategy,
 )
+from launcher.config.layers import MoeConfig, RecomputeConfig
 
 from launcher.config.error import ConfigError, positive, size_or_null
 
 
 @dataclass
 class ModelConfig:
-    """The GPT architecture (megatron-core TransformerConfig + GPTModel)."""
+    """The GPT architecture (megatron-core TransformerConfig + GPTModel): GPT-2 style by default
+    (learned positions, tied embeddings, biases, LayerNorm, GELU); Llama style with rope,
+    untie_embeddings, add_bias_linear=false, RMSNorm and swiglu; a mixture of experts with moe."""
 
     num_layers: int = 2
     """Transformer layers."""
@@ -41,6 +44,30 @@ class ModelConfig:
     """MLP activation: gelu, or swiglu (gated linear unit with SiLU)."""
     normalization: Normalization = Normalization.LayerNorm
     """LayerNorm or RMSNorm."""
+    position_embedding: PositionEmbedding = PositionEmbedding.learned_absolute
+    """learned_absolute (GPT-2) | rope (rotary, Llama) (GPTModel position_embedding_type)."""
+    rotary_base: Optional[int] = None
+    """Rotary base (Llama 3: 500000); null: megatron's 10000. rope only."""
+    rotary_percent: Optional[float] = None
+    """Fraction of each head's channels that rotate, in (0, 1]; null: all of them. rope only."""
+    rope_scaling: bool = False
+    """Llama-3.1 frequency scaling of rope for long context (GPTModel rope_scaling)."""
+    rope_scaling_factor: Optional[float] = None
+    """Its factor; null: megatron's 8.0. Needs model.rope_scaling=true."""
+    untie_embeddings: bool = False
+    """An output layer of its own instead of the word embeddings' transpose
+    (share_embeddings_and_output_weights=False, Megatron-LM --untie-embeddings-and-output-weights;
+    Llama). false: tied, as GPT-2 and Megatron-LM's default."""
+    add_bias_linear: bool = True
+    """Biases on every linear layer (GPT-2); Llama has none."""
+    qk_layernorm: bool = False
+    """Normalise queries and keys per head before attention (Qwen-3, OLMo-2)."""
+    kv_channels: Optional[int] = None
+    """Channels per attention head; null: hidden_size / num_attention_heads."""
+    moe: MoeConfig = field(default_factory=MoeConfig)
+    """Mixture of experts (see model.moe.*)."""
+    recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
+    """Activation recomputation (see model.recompute.*)."""
     layer_spec: LayerSpec = LayerSpec.auto
     """megatron-core's layer spec: transformer_engine (its TE modules), local (torch modules, what
     builds without Transformer Engine), or auto: transformer_engine where Transformer Engine is
@@ -50,17 +77,18 @@ class ModelConfig:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length",
                     "mock_vocab_size"):
             positive(f"model.{key}", getattr(self, key))
-        for key in ("vocab_size", "ffn_hidden_size", "num_query_groups"):
+        for key in ("vocab_size", "ffn_hidden_size", "num_query_groups", "kv_channels",
+                    "rotary_base"):
             size_or_null(f"model.{key}", getattr(self, key))
         for key in ("vocab_size", "mock_vocab_size"):
             if getattr(self, key) == 1:  # every target is token 0: the loss is 0 from step 1
                 raise ConfigError(f"model.{key}=1 leaves nothing to predict (one token); "
                                   f"set model.{key} to 2 or more")
-        if self.hidden_size % self.num_attention_heads:
+        if self.kv_channels is None and self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} is not divisible by "
                 f"model.num_attention_heads={self.num_attention_heads}; "
-                "pick sizes where heads divide hidden_size"
+                "pick sizes where heads divide hidden_size, or set model.kv_channels"
             )
         groups = self.num_query_groups
         if groups is not None and self.num_attention_heads % groups:
@@ -68,6 +96,38 @@ class ModelConfig:
                 f"model.num_query_groups={groups} must divide "
                 f"model.num_attention_heads={self.num_attention_heads}; set a divisor or null"
             )
+        self._check_rope()
+        self.moe.check_layers(self.num_layers)
+        self.recompute.check_layers(self.num_layers, self.moe)
+
+    def _check_rope(self) -> None:
+        rope = PositionEmbedding(self.position_embedding) == PositionEmbedding.rope
+        for key in ("rotary_base", "rotary_percent"):
+            if getattr(self, key) is not None and not rope:
+                raise ConfigError(f"model.{key}={getattr(self, key)} has no effect with "
+                                  "model.position_embedding=learned_absolute; set "
+                                  f"model.position_embedding=rope, or model.{key}=null")
+        if self.rope_scaling and not rope:
+            raise ConfigError("model.rope_scaling=true scales rotary frequencies, and "
+                              "model.position_embedding=learned_absolute has none; set "
+                              "model.position_embedding=rope, or model.rope_scaling=false")
+        if self.rope_scaling_factor is not None and not self.rope_scaling:
+            raise ConfigError(f"model.rope_scaling_factor={self.rope_scaling_factor} has no "
+                              "effect with model.rope_scaling=false; set model.rope_scaling=true, "
+                              "or model.rope_scaling_factor=null")
+        if self.rope_scaling_factor is not None and not self.rope_scaling_factor > 0:
+            raise ConfigError(f"model.rope_scaling_factor={self.rope_scaling_factor} must be "
+                              "> 0; set a positive factor (Llama 3.1: 8) or null")
+        percent = self.rotary_percent
+        if percent is not None and not 0 < percent <= 1:
+            raise ConfigError(f"model.rotary_percent={percent} must be in (0, 1]; set a "
+                              "fraction like 0.5, or null for 1")
+        rotating = int(self.head_channels * (percent or 1.0))
+        if rope and rotating % 2:
+            raise ConfigError(
+                f"model.position_embedding=rope rotates channel pairs, and {rotating} channels "
+                f"per head rotate (kv_channels {self.head_channels} x rotary_percent "
+                f"{percent or 1.0}); pick sizes that give an even number")
 
     @property
     def query_groups(self) -> int:
@@ -76,6 +136,14 @@ class ModelConfig:
     @property
     def ffn_size(self) -> int:
         return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def head_channels(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def expert_ffn_size(self) -> int:
+        return self.moe.ffn_hidden_size or self.ffn_size
 
     def padded_vocab_size(self, tensor_parallel_size: int) -> int:
         if self.vocab_size is None:
@@ -94,10 +162,13 @@ class ParallelConfig:
     """Pipeline-parallel size."""
     context_parallel_size: int = 1
     """Context-parallel size."""
+    expert_model_parallel_size: int = 1
+    """Expert-parallel size: each MoE layer's experts are split over this many data-parallel
+    ranks, and tokens travel to them (model.moe.token_dispatcher)."""
 
     def __post_init__(self):
         for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                    "context_parallel_size"):
+                    "context_parallel_size", "expert_model_parallel_size"):
             positive(f"parallel.{key}", getattr(self, key))
         pp = self.pipeline_model_parallel_size
         if pp > 1:
@@ -153,6 +224,13 @@ class FsdpConfig:
     grad_comm_dtype: FsdpDtype = FsdpDtype.auto
     """Dtype of the gradient reduce-scatter (megatron_fsdp_grad_comm_dtype); auto: the main
     gradients' dtype, as Megatron-LM."""
+    num_distributed_optimizer_instances: int = 1
+    """HSDP: split the data-parallel ranks into this many groups; sharding_strategy applies
+    inside a group, outer_dp_sharding_strategy across them (megatron-core's hybrid sharding,
+    DeepSeek-V3's recipe: 4). 1: plain FSDP over every data-parallel rank."""
+    outer_dp_sharding_strategy: OuterSharding = OuterSharding.no_shard
+    """HSDP across the groups: no_shard (each group holds a full replica) | optim (the optimizer
+    state is sharded across groups too; needs optim_grads_params inside)."""
 
     def __post_init__(self):
         for key in ("bucket_size", "suggested_communication_unit_size"):
@@ -185,6 +263,27 @@ class FsdpConfig:
                 "or fsdp.overlap_param_gather=true"
             )
         self._check_buffers(strategy)
+        self._check_hybrid(strategy)
+
+    def _check_hybrid(self, strategy: ShardingStrategy) -> None:
+        positive("fsdp.num_distributed_optimizer_instances",
+                 self.num_distributed_optimizer_instances)
+        outer = OuterSharding(self.outer_dp_sharding_strategy)
+        if outer == OuterSharding.no_shard:
+            return
+        if self.num_distributed_optimizer_instances == 1:
+            raise ConfigError(
+                f"fsdp.outer_dp_sharding_strategy={outer.value} shards across HSDP groups, and "
+                "fsdp.num_distributed_optimizer_instances=1 makes one group; set "
+                "fsdp.num_distributed_optimizer_instances to 2 or more, or "
+                "fsdp.outer_dp_sharding_strategy=no_shard")
+        if strategy != ShardingStrategy.optim_grads_params:
+            raise ConfigError(
+                f"fsdp.outer_dp_sharding_strategy={outer.value} needs "
+                "fsdp.sharding_strategy=optim_grads_params inside each group (Megatron-FSDP's "
+                f"fully_shard.py refuses {strategy.value}); set "
+                "fsdp.sharding_strategy=optim_grads_params, or fsdp.outer_dp_sharding_strategy="
+                "no_shard")
 
     def _check_buffers(self, strategy: ShardingStrategy) -> None:
         for key in ("bucket_size", "suggested_communication_unit_size"):

@@ -59,6 +59,7 @@ class Config:
                 f"replayed CUDA graph (cuda_graph.impl={self.cuda_graph.impl.value} runs no Python "
                 "inside the step); remove train.inject_nan_at_step or set cuda_graph.impl=none")
         self._check_main_params()
+        self._check_experts()
         tp = self.parallel.tensor_model_parallel_size
         if self.model.num_attention_heads % tp:
             raise ConfigError(
@@ -66,6 +67,19 @@ class Config:
                 f"parallel.tensor_model_parallel_size={tp}; pick a tensor-parallel size that "
                 "divides the heads"
             )
+
+    def _check_experts(self) -> None:
+        moe, ep = self.model.moe, self.parallel.expert_model_parallel_size
+        if ep > 1 and not moe.enabled:
+            raise ConfigError(
+                f"parallel.expert_model_parallel_size={ep} splits experts, and "
+                "model.moe.num_experts=null makes none (megatron-core's TransformerConfig refuses "
+                "it); set model.moe.num_experts, or parallel.expert_model_parallel_size=1")
+        if moe.enabled and moe.num_experts % ep:
+            raise ConfigError(
+                f"parallel.expert_model_parallel_size={ep} must divide model.moe.num_experts="
+                f"{moe.num_experts} (each expert-parallel rank holds the same number of experts, "
+                "megatron-core moe_layer.py); pick a divisor")
 
     def _check_main_params(self) -> None:
         """bf16 main weights give the optimizer bf16 gradients, and megatron-core's gradient
@@ -130,6 +144,7 @@ def check_world_size(cfg: Config, world_size: int, source: str = LAUNCH_WORLD) -
             f"change {source} or the parallel sizes"
         )
     dp = world_size // mp
+    check_expert_groups(cfg, world_size, dp, source)
     step = cfg.train.micro_batch_size * dp
     if cfg.train.global_batch_size % step:
         raise ConfigError(
@@ -138,6 +153,28 @@ def check_world_size(cfg: Config, world_size: int, source: str = LAUNCH_WORLD) -
             f"set train.global_batch_size to a multiple of {step}"
         )
     return dp
+
+
+def check_expert_groups(cfg: Config, world_size: int, dp: int, source: str) -> None:
+    """Expert parallelism and HSDP groups against the data-parallel size (megatron-core
+    parallel_state.initialize_model_parallel's asserts)."""
+    ep = cfg.parallel.expert_model_parallel_size
+    if dp % ep:
+        raise ConfigError(
+            f"parallel.expert_model_parallel_size={ep} must divide the data-parallel size {dp} "
+            f"(world {world_size} from {source}, over tp x pp x cp); change {source} or the "
+            "expert-parallel size")
+    instances = cfg.fsdp.num_distributed_optimizer_instances
+    cp = cfg.parallel.context_parallel_size
+    # the expert data-parallel size: world / (expert tp (= tp) x ep x pp)
+    expert_dp = world_size // (cfg.parallel.tensor_model_parallel_size * ep
+                               * cfg.parallel.pipeline_model_parallel_size)
+    for what, size in (("data-parallel x context-parallel size", dp * cp),
+                       ("expert data-parallel size", expert_dp)):
+        if size % instances:
+            raise ConfigError(
+                f"fsdp.num_distributed_optimizer_instances={instances} must divide the {what} "
+                f"{size} (world {world_size} from {source}); change {source} or the instances")
 
 
 def as_dict(section) -> dict:

@@ -15,15 +15,17 @@ from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.distributed.finalize_model_grads import finalize_model_grads
 from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
 from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.models.gpt.gpt_layer_specs import (
+    get_gpt_decoder_block_spec, get_gpt_layer_local_spec,
+)
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.module import Float16Module
 
 from launcher.config import (
-    Activation, CudaGraphConfig, FsdpConfig, LayerSpec, ModelConfig, ParallelConfig, Precision,
-    TrainConfig,
+    Activation, CudaGraphConfig, FsdpConfig, LayerSpec, ModelConfig, MoeConfig, ParallelConfig,
+    Precision, RecomputeConfig, TrainConfig,
 )
 from launcher.run.support import layer_spec
 
@@ -40,13 +42,19 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
         hidden_size=model.hidden_size,
         num_attention_heads=model.num_attention_heads,
         num_query_groups=model.query_groups,
+        kv_channels=model.head_channels,
         ffn_hidden_size=model.ffn_size,
         normalization=model.normalization.value,
         gated_linear_unit=swiglu,
         activation_func=F.silu if swiglu else F.gelu,
+        add_bias_linear=model.add_bias_linear,
+        qk_layernorm=model.qk_layernorm,
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
         context_parallel_size=parallel.context_parallel_size,
+        expert_model_parallel_size=parallel.expert_model_parallel_size,
+        **moe_fields(model.moe, model.num_layers),
+        **recompute_fields(model.recompute),
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
         pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
@@ -56,6 +64,36 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
         cuda_graph_impl=cuda_graph.impl.value,
         cuda_graph_modules=[m.value for m in cuda_graph.modules],
         cuda_graph_warmup_steps=cuda_graph.warmup_steps,
+    )
+
+
+def moe_fields(moe: MoeConfig, num_layers: int) -> dict:
+    """The model.moe section as TransformerConfig's moe_* fields (none without experts)."""
+    if not moe.enabled:
+        return {}
+    return dict(
+        num_moe_experts=moe.num_experts,
+        moe_router_topk=moe.router_topk,
+        moe_ffn_hidden_size=moe.ffn_hidden_size,
+        moe_shared_expert_intermediate_size=moe.shared_expert_ffn_hidden_size,
+        moe_layer_freq=moe.pattern(num_layers),
+        moe_aux_loss_coeff=moe.aux_loss_coeff,
+        moe_router_load_balancing_type="aux_loss" if moe.aux_loss_coeff else "none",
+        moe_token_dispatcher_type=moe.token_dispatcher.value,
+        moe_router_score_function=moe.router_score_function.value,
+        moe_grouped_gemm=moe.grouped_gemm,
+    )
+
+
+def recompute_fields(recompute: RecomputeConfig) -> dict:
+    """The model.recompute section as TransformerConfig's recompute_* fields."""
+    if recompute.granularity is None:
+        return {}
+    return dict(
+        recompute_granularity=recompute.granularity.value,
+        recompute_method=recompute.method and recompute.method.value,
+        recompute_num_layers=recompute.num_layers,
+        recompute_modules=[m.value for m in recompute.modules],
     )
 
 
@@ -77,6 +115,8 @@ def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, check_nan_in_grad:
         megatron_fsdp_main_grads_dtype=_FSDP_DTYPES[fsdp.main_grads_dtype.value],
         megatron_fsdp_grad_comm_dtype=_FSDP_DTYPES[fsdp.grad_comm_dtype.value],
         megatron_fsdp_cuda_graph_mode=cuda_graph.enabled,
+        num_distributed_optimizer_instances=fsdp.num_distributed_optimizer_instances,
+        outer_dp_sharding_strategy=fsdp.outer_dp_sharding_strategy.value,
         # gloo has no PREMUL_SUM, so the fused divide-in-reduce is a NCCL-only option.
         gradient_reduce_div_fusion=not on_cpu,
         check_for_nan_in_grad=check_nan_in_grad,
@@ -98,13 +138,16 @@ def optimizer_config(train: TrainConfig) -> OptimizerConfig:
     )
 
 
-def init_parallel(parallel: ParallelConfig, seed: int, timeout_s: int,
+def init_parallel(parallel: ParallelConfig, optimizer_instances: int, seed: int, timeout_s: int,
                   graph_safe_rng: bool) -> None:
-    """Megatron's process groups (with the run's collective timeout), then every RNG seeded."""
+    """Megatron's process groups (with the run's collective timeout; HSDP's when
+    fsdp.num_distributed_optimizer_instances > 1), then every RNG seeded."""
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
         context_parallel_size=parallel.context_parallel_size,
+        expert_model_parallel_size=parallel.expert_model_parallel_size,
+        num_distributed_optimizer_instances=optimizer_instances,
         distributed_timeout_minutes=timeout_s / 60,  # timedelta(minutes=...) takes a float
     )
     seed_rngs(seed + 100 * parallel_state.get_pipeline_model_parallel_rank(), graph_safe_rng)
@@ -131,9 +174,11 @@ def build_model(model: ModelConfig, parallel: ParallelConfig, config: Transforme
     (launcher.run.graphs.wrapping_stream)."""
     gpt = GPTModel(
         config=config,
-        transformer_layer_spec=layer_spec_module(model),
+        transformer_layer_spec=layer_spec_module(model, config),
         vocab_size=model.padded_vocab_size(parallel.tensor_model_parallel_size),
         max_sequence_length=model.seq_length,
+        share_embeddings_and_output_weights=not model.untie_embeddings,
+        **position_fields(model),
     )
     if config.bf16:
         gpt = Float16Module(config, gpt)  # bf16 weights, fp32 logits, as Megatron-LM's get_model
@@ -144,15 +189,30 @@ def build_model(model: ModelConfig, parallel: ParallelConfig, config: Transforme
     return wrapped
 
 
-def layer_spec_module(model: ModelConfig):
-    """megatron-core's layer spec for `model.layer_spec` (launcher.run.support.layer_spec)."""
-    if layer_spec(model) == LayerSpec.transformer_engine:
+def position_fields(model: ModelConfig) -> dict:
+    """GPTModel's position-embedding arguments; rope's unset ones keep megatron's defaults."""
+    fields = dict(position_embedding_type=model.position_embedding.value,
+                  rope_scaling=model.rope_scaling, rotary_base=model.rotary_base,
+                  rotary_percent=model.rotary_percent,
+                  rope_scaling_factor=model.rope_scaling_factor)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def layer_spec_module(model: ModelConfig, config: TransformerConfig):
+    """megatron-core's spec for `model.layer_spec` (launcher.run.support.layer_spec), chosen as
+    Megatron-LM's gpt_builders.py does: with experts, the decoder block spec (dense and MoE
+    layers as model.moe.layer_freq says); without, one layer spec for every layer."""
+    te = layer_spec(model) == LayerSpec.transformer_engine
+    norm = model.normalization.value
+    if model.moe.enabled:
+        return get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization=norm)
+    if te:
         from megatron.core.models.gpt.gpt_layer_specs import (
             get_gpt_layer_with_transformer_engine_spec,
         )
 
-        return get_gpt_layer_with_transformer_engine_spec()
-    return get_gpt_layer_local_spec()
+        return get_gpt_layer_with_transformer_engine_spec(qk_layernorm=model.qk_layernorm)
+    return get_gpt_layer_local_spec(qk_layernorm=model.qk_layernorm, normalization=norm)
 
 
 def build_optimizer(wrapped, train: TrainConfig):

@@ -20,6 +20,10 @@ What it covers (see ../shared/FACTS.md):
   seeds), saves, forks, restores and converts its states as on a GPU. Without it the tracker's
   state changes were queued for a CUDA initialisation that never comes (and the queue grew by two
   formatted stacks per fork). CPU kernels draw from torch.default_generator, as they always do;
+- the same mapping inside the backward of megatron's custom autograd Functions (autograd turns
+  torch-function modes off there);
+- all_to_all_single's split sizes as lists where megatron's MoE dispatcher hands CPU tensors
+  (on a GPU its device-to-host copy turns them into numpy arrays);
 - CUDA tensor-type strings ('torch.cuda.FloatTensor') reported for CPU tensors, because
   megatron-core's clip_grads.py and distrib_optimizer.py check types by string.
 """
@@ -61,6 +65,8 @@ class _CudaToCpu(TorchFunctionMode):
             return args[0]
         if func is torch.Tensor.is_pinned:
             return False
+        if func is torch.distributed.all_to_all_single:
+            kwargs = _split_sizes_as_lists(kwargs)
         if "device" in kwargs:
             device = kwargs["device"]
             kwargs["device"] = _CPU if isinstance(device, int) else _to_cpu_device(device)
@@ -69,6 +75,15 @@ class _CudaToCpu(TorchFunctionMode):
                 args = tuple(map(_to_cpu_device, args))
                 break
         return func(*args, **kwargs)
+
+
+def _split_sizes_as_lists(kwargs: dict) -> dict:
+    """all_to_all_single's split sizes as lists. megatron-core's MoE token dispatcher keeps them
+    in tensors and turns them into numpy arrays only where they are on a GPU
+    (moe_utils.maybe_move_tensor_to_cpu, its device-to-host copy); torch's binding takes
+    sequences of ints, which a CPU tensor is not."""
+    return {k: (v.tolist() if k.endswith("_split_sizes") and isinstance(v, torch.Tensor) else v)
+            for k, v in kwargs.items()}
 
 
 class _Stream:
@@ -227,7 +242,24 @@ def activate() -> None:
     torch.Tensor.type = tensor_type
     _active = _CudaToCpu()
     _active.__enter__()
+    _map_in_backward()
     _apply_rng_calls_at_once()
+
+
+def _map_in_backward() -> None:
+    """Torch-function modes are off while autograd runs a backward, so a custom autograd
+    Function's backward (megatron's _AllToAll re-enters its forward, which allocates on
+    torch.cuda.current_device()) would reach CUDA. Each one runs inside the mode too: autograd
+    calls its node's `apply`, which BackwardCFunction defines for every custom Function."""
+    from torch.autograd.function import BackwardCFunction
+
+    original = BackwardCFunction.apply
+
+    def apply_on_cpu(self, *args):
+        with _CudaToCpu():
+            return original(self, *args)
+
+    BackwardCFunction.apply = apply_on_cpu
 
 
 def _apply_rng_calls_at_once() -> None:

@@ -1,81 +1,169 @@
 """`runtime.dry_run=true`: what a run would be, without importing torch or starting a rank.
 
-Parameter count, model FLOPs and tokens per optimizer step, and an estimate of memory per GPU
-for each Megatron-FSDP sharding strategy. Arithmetic only: numbers in, numbers out.
+Parameters (total, and active per token for a mixture of experts), model FLOPs and tokens per
+optimizer step, and an estimate of memory per GPU for each Megatron-FSDP sharding strategy.
+Arithmetic only: config sections in, numbers out.
 
-Parameters: megatron-core's GPTModel with the local layer spec (learned absolute position
-embeddings, biases on every linear layer, LayerNorm with a bias or RMSNorm without, and an
-output layer of its own: the launcher builds GPTModel with its default,
-share_embeddings_and_output_weights=False).
+Parameters: megatron-core's GPTModel with the local layer spec: word embeddings, learned
+absolute position embeddings (model.position_embedding=learned_absolute; rope has none), an
+output layer of its own when model.untie_embeddings, biases on every linear layer when
+model.add_bias_linear, LayerNorm with a bias or RMSNorm without, per-head query and key norms
+with model.qk_layernorm; an MoE layer holds its router (experts x h), every expert's MLP and the
+shared expert's.
 
-Memory per GPU, as Megatron-FSDP holds it (dp = data-parallel size):
+Memory per GPU, as Megatron-FSDP holds it (dp = data-parallel size; experts are sharded over the
+expert data-parallel group, dp / expert-parallel size, each rank holding experts / ep of them):
 - model weights: 2 bytes/parameter in bf16, 4 in fp32; sharded by optim_grads_params;
 - main (fp32) parameters: 4 bytes/parameter in bf16 (in fp32 the weights are the main ones);
 - gradients (fp32 main grads): 4 bytes/parameter; sharded by optim_grads and up;
 - Adam moments: 8 bytes/parameter; main parameters and moments sharded by optim and up;
+  HSDP (fsdp.num_distributed_optimizer_instances = n) shards inside a group of dp / n ranks,
+  and across the n groups too for what outer_dp_sharding_strategy=optim shards (the optimizer
+  state and main parameters);
 - activations of one microbatch (no recomputation, unfused attention), per layer
   s*b*h*(34 + 5*a*s/h) bytes in 16-bit (Korthikanti et al. 2022, table 2), twice in fp32,
-  plus the fp32 logits s*b*V*4, of which the loss keeps a copy.
-A sharded strategy also holds the unsharded weights of the layers in flight; that is left out.
+  plus the fp32 logits s*b*V*4, of which the loss keeps a copy. Full recomputation keeps the
+  input of each recomputed chunk (2*s*b*h in 16-bit; uniform: chunks of num_layers layers;
+  block: the first num_layers layers one by one) and one chunk's activations while it is
+  recomputed; selective recomputation of core_attn drops the 5*a*s/h term (the scores).
+A sharded strategy also holds the unsharded weights of the layers in flight, and an MoE layer
+the tokens dispatched to its experts; both are left out.
 """
 
-from launcher.config import Activation, Config, Normalization, Precision, ShardingStrategy
+from dataclasses import dataclass
+
+from launcher.config import (
+    Activation, Config, ModelConfig, Normalization, OuterSharding, PositionEmbedding, Precision,
+    RecomputeGranularity, RecomputeMethod, RecomputeModule, ShardingStrategy,
+)
 from launcher.run.metrics import flops_per_step
 
 MIB = 2**20
 
 
-def num_parameters(cfg: Config) -> int:
-    m = cfg.model
-    h, ffn, s = m.hidden_size, m.ffn_size, m.seq_length
-    kv = h // m.num_attention_heads
-    q, k = kv * m.num_attention_heads, kv * m.query_groups
-    norm = 2 * h if m.normalization == Normalization.LayerNorm else h
-    gates = 2 if m.activation == Activation.swiglu else 1
-    layer = (norm + h * (q + 2 * k) + (q + 2 * k) + q * h + h
-             + norm + h * ffn * gates + ffn * gates + ffn * h + h)
-    vocab = m.padded_vocab_size(cfg.parallel.tensor_model_parallel_size)
-    return 2 * vocab * h + s * h + m.num_layers * layer + norm  # word embeddings, output layer
+@dataclass(frozen=True)
+class Parameters:
+    """A model's parameter count, split where sharding differs: experts apart from the rest."""
+
+    dense: int
+    """Every parameter outside the routed experts (shared experts and routers included)."""
+    experts: int
+    """The routed experts' parameters, all of them."""
+    active_experts: int
+    """The routed experts' parameters one token passes through (top-k of each MoE layer)."""
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.experts
+
+    @property
+    def active(self) -> int:
+        return self.dense + self.active_experts
+
+
+def mlp_parameters(model: ModelConfig, width: int) -> int:
+    gates = 2 if model.activation == Activation.swiglu else 1
+    h, bias = model.hidden_size, model.add_bias_linear
+    return h * width * gates + width * h + ((width * gates + h) if bias else 0)
+
+
+def num_parameters(model: ModelConfig, padded_vocab: int) -> Parameters:
+    """The GPTModel that `model` builds (see the module's docstring)."""
+    h, s = model.hidden_size, model.seq_length
+    q = model.head_channels * model.num_attention_heads
+    k = model.head_channels * model.query_groups
+    norm = 2 * h if model.normalization == Normalization.LayerNorm else h
+    head_norm = norm // h * model.head_channels
+    bias = model.add_bias_linear
+    attention = (norm + h * (q + 2 * k) + q * h + ((q + 2 * k + h) if bias else 0)
+                 + (2 * head_norm if model.qk_layernorm else 0) + norm)  # + pre-MLP norm
+    moe, pattern = model.moe, model.moe.pattern(model.num_layers)
+    moe_layers = sum(pattern)
+    dense_mlp = mlp_parameters(model, model.ffn_size) * (model.num_layers - moe_layers)
+    expert = mlp_parameters(model, model.expert_ffn_size)
+    shared = (mlp_parameters(model, moe.shared_expert_ffn_hidden_size)
+              if moe.shared_expert_ffn_hidden_size else 0)
+    router = (moe.num_experts or 0) * h
+    embeddings = padded_vocab * h * (2 if model.untie_embeddings else 1)
+    positions = s * h if model.position_embedding == PositionEmbedding.learned_absolute else 0
+    dense = (embeddings + positions + model.num_layers * attention + dense_mlp
+             + moe_layers * (router + shared) + norm)  # + the final norm
+    return Parameters(dense, moe_layers * (moe.num_experts or 0) * expert,
+                      moe_layers * (moe.router_topk if moe.enabled else 0) * expert)
 
 
 def memory_per_gpu(cfg: Config, dp: int) -> dict:
-    """{strategy: {part: bytes}} for one GPU (model parallelism leaves the sizes undivided: the
-    launcher's recipes use tp = pp = cp = 1)."""
-    params = num_parameters(cfg)
+    """{strategy: {part: bytes}} for one GPU (model parallelism leaves the dense sizes
+    undivided: the launcher's recipes use tp = pp = cp = 1)."""
+    params = num_parameters(cfg.model, padded_vocab(cfg))
+    ep = cfg.parallel.expert_model_parallel_size
     bf16 = cfg.train.precision == Precision.bf16
-    parts = {"weights": params * (2 if bf16 else 4), "main_params": params * 4 if bf16 else 0,
-             "gradients": params * 4, "optimizer": params * 8}
+    per_param = {"weights": 2 if bf16 else 4, "main_params": 4 if bf16 else 0, "gradients": 4,
+                 "optimizer": 8}
     sharded = {ShardingStrategy.no_shard: (),
                ShardingStrategy.optim: ("main_params", "optimizer"),
                ShardingStrategy.optim_grads: ("main_params", "optimizer", "gradients"),
                ShardingStrategy.optim_grads_params: ("main_params", "optimizer", "gradients",
                                                      "weights")}
     acts = activation_bytes(cfg)
-    return {strategy.value: {**{p: (b / dp if p in which else b) for p, b in parts.items()},
-                             "activations": acts}
-            for strategy, which in sharded.items()}
+    result = {}
+    for strategy, which in sharded.items():
+        parts = {}
+        for part, width in per_param.items():
+            dense = params.dense * width / shards(cfg, part, which, dp)
+            experts = params.experts / ep * width / shards(cfg, part, which, dp // ep)
+            parts[part] = dense + experts
+        result[strategy.value] = {**parts, "activations": acts}
+    return result
+
+
+def shards(cfg: Config, part: str, sharded: tuple, group: int) -> int:
+    """Over how many ranks `part` is split within a data-parallel group of `group` ranks."""
+    if part not in sharded:
+        return 1
+    instances = cfg.fsdp.num_distributed_optimizer_instances
+    across = (cfg.fsdp.outer_dp_sharding_strategy == OuterSharding.optim
+              and part in ("main_params", "optimizer"))
+    return group if across else max(group // instances, 1)
 
 
 def activation_bytes(cfg: Config) -> float:
     m, b = cfg.model, cfg.train.micro_batch_size
     s, h, a = m.seq_length, m.hidden_size, m.num_attention_heads
     width = 1 if cfg.train.precision == Precision.bf16 else 2
-    per_layer = s * b * h * (34 + 5 * a * s / h) * width
-    logits = s * b * m.padded_vocab_size(cfg.parallel.tensor_model_parallel_size) * 4 * 2
-    return m.num_layers * per_layer + logits
+    recompute = m.recompute
+    scores = 5 * a * s / h
+    if (recompute.granularity == RecomputeGranularity.selective
+            and RecomputeModule.core_attn in recompute.modules):
+        scores = 0
+    per_layer = s * b * h * (34 + scores) * width
+    layers = m.num_layers * per_layer
+    if recompute.granularity == RecomputeGranularity.full:
+        n, layer_input = min(recompute.num_layers, m.num_layers), 2 * s * b * h * width
+        if recompute.method == RecomputeMethod.uniform:  # each chunk of n keeps its input
+            layers = -(-m.num_layers // n) * layer_input + n * per_layer
+        else:  # block: the first n layers keep their inputs, the others everything
+            layers = (m.num_layers - n) * per_layer + n * layer_input + per_layer
+    logits = s * b * padded_vocab(cfg) * 4 * 2
+    return layers + logits
 
 
-def describe(cfg: Config, world_size: int, dp: int) -> str:
-    """What `launch ... runtime.dry_run=true` prints."""
+def padded_vocab(cfg: Config) -> int:
+    return cfg.model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size)
+
+
+def describe(cfg: Config, world_size: int, dp: int, note: str = "") -> str:
+    """What `launch ... runtime.dry_run=true` prints; `note`, if any, before its last line."""
     m, t = cfg.model, cfg.train
-    flops = flops_per_step(t.global_batch_size, m.seq_length, m.hidden_size, m.num_layers,
-                           m.ffn_size, m.num_attention_heads, m.query_groups,
-                           m.hidden_size // m.num_attention_heads,
-                           m.padded_vocab_size(cfg.parallel.tensor_model_parallel_size),
-                           m.activation == Activation.swiglu)
-    lines = [f"[dry run] {num_parameters(cfg):,} parameters; {flops / 1e12:.4g} TFLOP and "
+    flops = flops_per_step(m, t.global_batch_size, padded_vocab(cfg))
+    params = num_parameters(m, padded_vocab(cfg))
+    active = f" ({params.active:,} active per token)" if m.moe.enabled else ""
+    lines = [f"[dry run] {params.total:,} parameters{active}; {flops / 1e12:.4g} TFLOP and "
              f"{t.global_batch_size * m.seq_length:,} tokens per step; world {world_size}, "
-             f"data-parallel {dp}, {t.precision.value}",
+             f"data-parallel {dp}"
+             + (f", expert-parallel {cfg.parallel.expert_model_parallel_size}"
+                if m.moe.enabled else "")
+             + f", {t.precision.value}",
              "[dry run] memory per GPU (MiB): strategy, weights, main params, gradients, "
              "optimizer, activations, total"]
     for strategy, parts in memory_per_gpu(cfg, dp).items():
@@ -84,5 +172,6 @@ def describe(cfg: Config, world_size: int, dp: int) -> str:
                                            "activations")]
         lines.append(f"  {strategy:<19}" + "".join(f"{v:>10.1f}" for v in values)
                      + f"{sum(values):>10.1f}{mark}")
+    lines += [f"[dry run] {note}"] if note else []
     lines.append("[dry run] nothing started")
     return "\n".join(lines)

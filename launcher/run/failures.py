@@ -18,14 +18,28 @@ _PATTERNS = (
 
 
 def classify_failure(exitcode: int, text: str) -> str:
-    """A rank killed by a signal died; otherwise the error text decides, else 'error'."""
+    """A rank killed by a signal died; otherwise the error decides, else 'error': a traceback's
+    final exception line, not its frames or the rest of its message (a TypeError from a torch
+    binding lists every signature, `timeout: timedelta` among them; that is no timeout)."""
     if exitcode < 0:
         return "rank_died"
-    low = text.lower()
+    low = final_exception(text).lower()
     for status, needles in _PATTERNS:
         if any(n in low for n in needles):
             return status
     return "error"
+
+
+def final_exception(text: str) -> str:
+    """The first line of a traceback's last exception (`Type: message`); the text itself when it
+    holds no traceback."""
+    if "Traceback (most recent call last):" not in text:
+        return text
+    last = text.rsplit("Traceback (most recent call last):", 1)[1].splitlines()
+    for line in last:
+        if line and not line[0].isspace():  # frames and their code are indented
+            return line
+    return text
 
 
 def excerpt(text: str, max_lines: int = 8, max_chars: int = 800) -> str:

@@ -4,8 +4,8 @@ Pure Python, no torch: numbers in, numbers out. The launcher measures step times
 device name (``torch.cuda.get_device_name()``) itself and passes them in.
 
 The FLOP count is Megatron-LM's own (``num_floating_point_operations`` -> ``transformer_flops`` in
-megatron/training/training.py), restricted to a dense GPT: no MoE, no multi-token prediction, no
-multi-latent attention, no attention output gate, no linear-attention layers. Using the same
+megatron/training/training.py) for the GPTs the launcher builds, dense or MoE: no multi-token
+prediction, no multi-latent attention, no attention output gate, no linear-attention layers. Using the same
 formula means our TFLOP/s and MFU can be compared directly with the numbers Megatron-LM logs.
 
 The peak table lists dense (no structured sparsity) tensor-core peaks from NVIDIA's datasheets.
@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 import re
 from typing import Iterable, Optional
+
+from launcher.config import Activation, ModelConfig
 
 __all__ = [
     "PEAK_FLOPS",
@@ -32,28 +34,19 @@ __all__ = [
 ]
 
 
-def flops_per_step(
-    global_batch: int,
-    seq_length: int,
-    hidden: int,
-    num_layers: int,
-    ffn_hidden: int,
-    num_heads: int,
-    num_query_groups: int,
-    kv_channels: int,
-    padded_vocab: int,
-    swiglu: bool,
-) -> float:
-    """Model FLOPs (forward + backward) for one optimizer step of a dense GPT.
+def flops_per_step(model: ModelConfig, global_batch: int, padded_vocab: int) -> float:
+    """Model FLOPs (forward + backward) for one optimizer step of the GPT `model` describes.
 
-    This is Megatron-LM's ``transformer_flops()`` (megatron/training/training.py) with no MoE
-    (every layer is a dense MLP), no MTP layers, no MLA, no attention output gate and no linear
-    attention.
+    This is Megatron-LM's ``num_floating_point_operations()`` (megatron/training/training.py) for
+    a GPT with dense and MoE layers and no multi-token prediction, no MLA, no attention output
+    gate, no linear attention (the launcher builds none of them); unpacked sequences (BSHD).
 
     Notation: B = global_batch (sequences per step), s = seq_length, h = hidden, L = num_layers,
-    ffn = ffn_hidden, V = padded_vocab, q = kv_channels * num_heads (query projection width),
-    k = v = kv_channels * num_query_groups (key / value projection widths; GQA when
-    num_query_groups < num_heads, MHA when they are equal).
+    ffn = ffn_hidden_size, V = padded_vocab, q = kv_channels * heads (query projection width),
+    k = v = kv_channels * query groups (key / value widths; GQA when groups < heads). For MoE:
+    L_moe of the L layers are MoE (model.moe.layer_freq), each token runs through top-k routed
+    experts of width ffn_e and the shared expert of width ffn_s (0 without one); the other
+    L - L_moe layers have the dense MLP.
 
     Factors, as in Megatron-LM:
     - 3: every GEMM runs three times per step: forward, backward dgrad, backward wgrad
@@ -61,30 +54,30 @@ def flops_per_step(
     - 2: a GEMM of an (m x n) with an (n x k) matrix is 2*m*n*k FLOPs, a multiply and an add
       (``fma_expansion_factor``).
     - F = 3 with SwiGLU, 2 without (``ffn_expansion_factor``): the MLP is h->ffn and ffn->h
-      (2 GEMMs of h*ffn), and SwiGLU makes the first one h->2*ffn, which gives 3 of them. This is
-      the same as the older Megatron form ``2 (two linears) * gated_linear_multiplier (3/2 or 1)``.
+      (2 GEMMs of h*ffn), and SwiGLU makes the first one h->2*ffn, which gives 3 of them.
 
-    Per token and layer:
-    - MLP:            3*2 * h*ffn*F
-    - QKV projection: 3*2 * h*(q+k+v)
-    - core attention: 3*2 * q*s/2*2. QK^T and (QK^T)V are each q*s multiply-adds per token, and
-      a causal mask halves them (s/2). This causal halving is in current Megatron-LM; older
-      versions used ``s/h`` without it, so their attention term is larger.
-    - out projection: 3*2 * q*h
-    Per token, once (the logits GEMM): 3*2 * h*V.
+    Per token:
+    - MLPs:           3*2 * h*F * (ffn*(L - L_moe) + (ffn_e*topk + ffn_s)*L_moe)
+    - QKV projection: 3*2 * h*(q+k+v) per layer
+    - core attention: 3*2 * q*s/2*2 per layer. QK^T and (QK^T)V are each q*s multiply-adds per
+      token, and a causal mask halves them (s/2). Older Megatron versions used ``s/h`` without
+      the halving, so their attention term is larger.
+    - out projection: 3*2 * q*h per layer
+    - logits, once:   3*2 * h*V (tied or untied embeddings alike)
 
-    Total:
-        B*s*( 3*2*h*ffn*F*L + L*3*2*(h*(q+k+v) + q*s/2*2 + q*h) + 3*2*h*V )
-
-    Norms, softmax, activations, rotary embeddings, the loss and optimizer math are not counted
-    (Megatron-LM leaves them out too). Returns a float because s/2 can be fractional.
+    The router's GEMM (h x experts), norms, softmax, activations, rotary embeddings, the loss and
+    optimizer math are not counted (Megatron-LM leaves them out too). Recomputation adds work a
+    GPU does but no model FLOPs (Megatron-LM counts none either). Returns a float because s/2
+    can be fractional.
     """
-    B, s, h, L = global_batch, seq_length, hidden, num_layers
-    ffn, V = ffn_hidden, padded_vocab
-    q = kv_channels * num_heads
-    k = v = kv_channels * num_query_groups
-    F = 3 if swiglu else 2
-    mlp = 3 * 2 * h * ffn * F * L
+    m = model
+    B, s, h, L, V = global_batch, m.seq_length, m.hidden_size, m.num_layers, padded_vocab
+    q = m.head_channels * m.num_attention_heads
+    k = v = m.head_channels * m.query_groups
+    F = 3 if m.activation == Activation.swiglu else 2
+    moe_layers = sum(m.moe.pattern(L))
+    routed = m.expert_ffn_size * m.moe.router_topk + (m.moe.shared_expert_ffn_hidden_size or 0)
+    mlp = 3 * 2 * h * F * (m.ffn_size * (L - moe_layers) + routed * moe_layers)
     attention = L * 3 * 2 * (h * (q + k + v) + q * s / 2 * 2 + q * h)
     logits = 3 * 2 * h * V
     return float(B * s * (mlp + attention + logits))

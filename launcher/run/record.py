@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import torch
 
-from launcher.config import Config, WandbMode
+from launcher.config import Config, ModelConfig, TrainConfig, WandbMode
 from launcher.run import metrics
 from launcher.run.outputs import (
     Loggers, MetricsFile, NullLogger, TensorboardLogger, WandbLogger,
@@ -34,16 +34,11 @@ class Rates:
     world_size: int
 
     @classmethod
-    def of(cls, cfg: Config, world_size: int, device_name: Optional[str]) -> "Rates":
-        model = cfg.model
-        flops = metrics.flops_per_step(
-            cfg.train.global_batch_size, model.seq_length, model.hidden_size, model.num_layers,
-            model.ffn_size, model.num_attention_heads, model.query_groups,
-            model.hidden_size // model.num_attention_heads,
-            model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size),
-            model.activation.value == "swiglu")
-        return cls(cfg.train.global_batch_size * model.seq_length, flops,
-                   metrics.peak_flops(device_name, cfg.train.precision.value), world_size)
+    def of(cls, model: ModelConfig, train: TrainConfig, padded_vocab: int, world_size: int,
+           device_name: Optional[str]) -> "Rates":
+        flops = metrics.flops_per_step(model, train.global_batch_size, padded_vocab)
+        return cls(train.global_batch_size * model.seq_length, flops,
+                   metrics.peak_flops(device_name, train.precision.value), world_size)
 
     def tokens_per_s(self, seconds: float) -> float:
         return metrics.tokens_per_s_per_gpu(self.tokens_per_step, seconds, self.world_size)

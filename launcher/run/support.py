@@ -8,7 +8,10 @@ and no other attention of the GPT specs supports it in 0.19.2.
 
 import importlib.util
 
-from launcher.config import ConfigError, FsdpConfig, LayerSpec, ModelConfig, ParallelConfig
+from launcher.config import (
+    ConfigError, CudaGraphConfig, CudaGraphImpl, FsdpConfig, LayerSpec, ModelConfig,
+    ParallelConfig,
+)
 
 
 def transformer_engine_installed() -> bool:
@@ -22,12 +25,29 @@ def layer_spec(model: ModelConfig) -> LayerSpec:
     return LayerSpec(model.layer_spec)
 
 
-def check_support(model: ModelConfig, parallel: ParallelConfig) -> None:
+def check_support(model: ModelConfig, parallel: ParallelConfig,
+                  cuda_graph: CudaGraphConfig) -> None:
     """Raises ConfigError for what this installation cannot build."""
     te = transformer_engine_installed()
+    local = layer_spec(model) != LayerSpec.transformer_engine
+    if local and model.moe.enabled and cuda_graph.impl == CudaGraphImpl.full_iteration:
+        raise ConfigError(
+            "cuda_graph.impl=full_iteration cannot capture a mixture of experts on the local "
+            "layer spec (SequentialMLP reads tokens_per_expert on the host, and the token "
+            "dispatcher syncs with it; upstream issue #6152, and PR #7075 excludes MoE); set "
+            "cuda_graph.impl=none, or model.moe.num_experts=null"
+            + ("" if te else " (Transformer Engine is not installed here)"))
     if model.layer_spec == LayerSpec.transformer_engine and not te:
         raise ConfigError("model.layer_spec=transformer_engine needs Transformer Engine, which is "
                           "not installed; install it, or set model.layer_spec=auto (or local)")
+    if model.moe.grouped_gemm and local:
+        raise ConfigError(
+            "model.moe.grouped_gemm=true would be ignored: the local layer spec builds the experts "
+            "as SequentialMLP (megatron-core gpt_layer_specs.py), "
+            + ("and Transformer Engine is not installed" if not te else
+               "which model.layer_spec=local asks for")
+            + "; set model.moe.grouped_gemm=false"
+            + ("" if not te else ", or model.layer_spec=auto"))
     cp = parallel.context_parallel_size
     if cp > 1 and layer_spec(model) != LayerSpec.transformer_engine:
         why = ("Transformer Engine is not installed" if not te else

@@ -68,10 +68,11 @@ def gather_ranks(on_cpu: bool) -> tuple:
 def _train(cfg, run_dir, rank, world_size, on_cpu, resume_from):
     from importlib.metadata import version
 
-    from launcher.run import build, graphs, loop
+    from launcher.run import build, experts, graphs, loop
     from launcher.run.first_group import FirstGroupProbe
 
-    build.init_parallel(cfg.parallel, cfg.train.seed, cfg.runtime.timeout_s,
+    build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
+                        cfg.train.seed, cfg.runtime.timeout_s,
                         graph_safe_rng=cfg.cuda_graph.enabled)
     model, optimizer, scheduler = build_all(cfg, on_cpu)
     probe = FirstGroupProbe(model, timed=cfg.logging.measure_first_group)
@@ -87,8 +88,11 @@ def _train(cfg, run_dir, rank, world_size, on_cpu, resume_from):
         print_start(cfg, model, devices, world_size, on_cpu, first_step)
     saver = Saver(cfg, run_dir, model, optimizer, scheduler)
 
+    routing = experts.probe_for(model, cfg, batch.num_microbatches)
+
     def after_step(step, *measured):
-        writer.on_step(step, *measured, first_group=probe.samples.get(step))
+        writer.on_step(step, *measured, first_group=probe.samples.get(step),
+                       experts=routing.step_record() if routing else None)
         if cfg.train.eval_interval and (step % cfg.train.eval_interval == 0
                                         or step == cfg.train.steps):
             writer.on_eval(step, loop.evaluate(model, valid_data, batch, cfg.train.eval_iters,
@@ -224,24 +228,31 @@ class Recorder:
         self.cfg, self.rank, self.on_cpu = cfg, rank, on_cpu
         self.config = as_dict(cfg)  # what the summary and the dashboards record
         self.device_name = None if on_cpu else torch.cuda.get_device_name()
-        self.rates = record.Rates.of(cfg, world_size, self.device_name)
+        self.rates = record.Rates.of(
+            cfg.model, cfg.train,
+            cfg.model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size), world_size,
+            self.device_name)
         self.log = record.StepLog(first_step)
         self.dashboards = record.Dashboards(cfg, run_dir, rank, first_step, self.config)
 
-    def on_step(self, step, loss, grad_norm, seconds, lr, first_group=None):
+    def on_step(self, step, loss, grad_norm, seconds, lr, first_group=None, experts=None):
         self.log.step(step, loss, seconds)
         if self.rank != 0 or step % self.cfg.logging.interval:
             return
         tps, tflops = self.rates.tokens_per_s(seconds), self.rates.tflops(seconds)
         mfu, timings = self.rates.mfu(tflops), first_group_record(first_group)
+        routing = experts or {}
+        aux = routing.get("moe_aux_loss")
         self.dashboards.write(
             step,
             {"loss": loss, "grad_norm": _float(grad_norm), "lr": lr, "step_time_s": seconds,
-             "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops, "mfu": mfu, **timings},
+             "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops, "mfu": mfu, **timings,
+             **routing},
             {"train/loss": loss, "train/grad_norm": _float(grad_norm), "train/lr": lr,
              "perf/step_time_s": seconds, "perf/tokens_per_s_per_gpu": tps,
              "perf/tflops_per_gpu": tflops, "perf/mfu": mfu,
-             **{f"perf/{k}": v for k, v in timings.items()}})
+             **{f"perf/{k}": v for k, v in timings.items()},
+             **({"train/moe_aux_loss": aux} if aux is not None else {})})
         self._print(f"step {step:>4}/{self.cfg.train.steps}  loss {loss:.4f}  "
                     f"step {seconds * 1e3:7.1f} ms  {tps:9.0f} tokens/s/GPU")
 

@@ -208,7 +208,7 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
         cfg = to_config(composed)
         check_steady_state(cfg)
         check_cell_world(cfg, launcher)
-        check_support(cfg.model, cfg.parallel)
+        check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
         if cfg.train.checkpoint.dir:  # else each run's own folder, made by the sweep
             check_writable(cfg.train.checkpoint, "")
         check_folders(cfg.logging, cfg.data)

@@ -33,8 +33,10 @@ CATALOGUE = [
     (["runtime.device=tpu"], "set runtime.device to one of those"),
     (["train.precision=fp8"], "set train.precision to one of those"),
     # missing recipe or option, bad command-line syntax
-    (["+recipe=nope"], "recipe=nope: no such option in `recipe`; pick one of: gpt,"),
-    (["model=huge"], "model=huge: no such option in `model`; pick one of: gpt2_small, tiny"),
+    (["+recipe=nope"], "recipe=nope: no such option in `recipe`; pick one of: "
+                       "deepseek_v3_proxy,"),
+    (["model=huge"], "model=huge: no such option in `model`; pick one of: deepseek_tiny, "
+                     "deepseek_v3_proxy, gpt2_small,"),
     (["recipe=gpt"], "add it with +recipe=gpt"),
     (["train.steps=[1,2"], "cannot parse an override"),
     # incompatible CUDA-graph cells

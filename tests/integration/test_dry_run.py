@@ -37,8 +37,8 @@ def test_estimated_parameters_are_the_built_model_s(tmp_path, variant):
 def test_gpt_recipe_estimate_per_strategy():
     dry = launch("+recipe=gpt", "runtime.dry_run=true", "runtime.nproc_per_node=8")
     assert dry.returncode == 0, dry.stderr[-2000:]
-    # GPT-2 small with a 50,304-row padded vocabulary and an untied output layer.
-    assert "163,109,376 parameters" in dry.stdout and "32,768 tokens per step" in dry.stdout
+    # GPT-2 small with a 50,304-row padded vocabulary, tied to the output layer: GPT-2's 124M.
+    assert "124,475,904 parameters" in dry.stdout and "32,768 tokens per step" in dry.stdout
     rows = {line.split()[0]: float(line.split()[6]) for line in dry.stdout.splitlines()
             if line.startswith("  ")}
     assert list(rows) == ["no_shard", "optim", "optim_grads", "optim_grads_params"]

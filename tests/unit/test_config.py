@@ -3,18 +3,10 @@
 from importlib import resources
 
 import pytest
-from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 
-from launcher.cli import register_configs, to_config
+from conftest import make_config as make
 from launcher.config import ConfigError, check_steady_state, check_world_size, no_steady_state
-
-register_configs()
-
-
-def make(*overrides):
-    with initialize_config_module(config_module="launcher.conf", version_base=None):
-        return to_config(compose(config_name="config", overrides=list(overrides)))
 
 
 RECIPES = sorted(p.name[:-5] for p in resources.files("launcher.recipes").iterdir()

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from launcher.config import Activation, ModelConfig
 from launcher.run import metrics
 from launcher.run.metrics import (
     PEAK_FLOPS,
@@ -17,17 +18,14 @@ from launcher.run.metrics import (
 )
 
 # Tiny config: B=2, s=4, h=8, L=1, ffn=32, heads=2, groups=2, kv=4, V=16.
-TINY = dict(
-    global_batch=2,
-    seq_length=4,
-    hidden=8,
-    num_layers=1,
-    ffn_hidden=32,
-    num_heads=2,
-    num_query_groups=2,
-    kv_channels=4,
-    padded_vocab=16,
-)
+TINY = dict(seq_length=4, hidden_size=8, num_layers=1, ffn_hidden_size=32, num_attention_heads=2,
+            num_query_groups=2, kv_channels=4)
+
+
+def flops(swiglu=False, batch=2, vocab=16, **sizes):
+    """flops_per_step of the model section TINY describes, with `sizes` changed."""
+    activation = Activation.swiglu if swiglu else Activation.gelu
+    return flops_per_step(ModelConfig(**dict(TINY, **sizes), activation=activation), batch, vocab)
 
 
 # ---------------------------------------------------------------- flops_per_step
@@ -40,19 +38,19 @@ def test_flops_tiny_no_swiglu():
     #       = 6*(192 + 32 + 64) = 6*288 = 1728
     # logits: 6*h*V = 6*8*16 = 768
     # per token: 3072 + 1728 + 768 = 5568; B*s = 8 -> 8*5568 = 44544
-    assert flops_per_step(**TINY, swiglu=False) == 44544.0
+    assert flops() == 44544.0
 
 
 def test_flops_tiny_swiglu():
     # F = 3: MLP = 6*8*32*3 = 4608; attn 1728 and logits 768 unchanged
     # per token: 4608 + 1728 + 768 = 7104; *8 = 56832
-    assert flops_per_step(**TINY, swiglu=True) == 56832.0
+    assert flops(swiglu=True) == 56832.0
 
 
 def test_flops_swiglu_adds_exactly_half_the_mlp():
     # SwiGLU: F goes 2 -> 3, so only the MLP term grows, by 6*h*ffn*L*B*s = 6*8*32*1*8 = 12288
     # 56832 - 44544 = 12288
-    diff = flops_per_step(**TINY, swiglu=True) - flops_per_step(**TINY, swiglu=False)
+    diff = flops(swiglu=True) - flops()
     assert diff == 12288.0
 
 
@@ -61,24 +59,21 @@ def test_flops_gqa():
     # attn: 6*(8*(8+4+4) + 8*4/2*2 + 8*8) = 6*(128 + 32 + 64) = 6*224 = 1344
     # no swiglu: (3072 + 1344 + 768) * 8 = 5184*8 = 41472
     # swiglu:    (4608 + 1344 + 768) * 8 = 6720*8 = 53760
-    cfg = dict(TINY, num_query_groups=1)
-    assert flops_per_step(**cfg, swiglu=False) == 41472.0
-    assert flops_per_step(**cfg, swiglu=True) == 53760.0
+    assert flops(num_query_groups=1) == 41472.0
+    assert flops(swiglu=True, num_query_groups=1) == 53760.0
 
 
 def test_flops_kv_channels_not_hidden_over_heads():
     # kv=8 with heads=2 (q = 16 != h = 8), groups=2: k = v = 16
     # attn: 6*(8*(16+16+16) + 16*4/2*2 + 16*8) = 6*(384 + 64 + 128) = 6*576 = 3456
     # no swiglu: (3072 + 3456 + 768) * 8 = 7296*8 = 58368
-    cfg = dict(TINY, kv_channels=8)
-    assert flops_per_step(**cfg, swiglu=False) == 58368.0
+    assert flops(kv_channels=8) == 58368.0
 
 
 def test_flops_layers_scale_mlp_and_attention_not_logits():
     # L=2: MLP 2*3072 = 6144, attn 2*1728 = 3456, logits 768 once
     # per token 6144 + 3456 + 768 = 10368; *8 = 82944
-    cfg = dict(TINY, num_layers=2)
-    assert flops_per_step(**cfg, swiglu=False) == 82944.0
+    assert flops(num_layers=2) == 82944.0
 
 
 def test_flops_causal_attention_is_halved():
@@ -86,8 +81,7 @@ def test_flops_causal_attention_is_halved():
     # q*s/2*2 = 8*8 = 64 (a non-causal count would be 2*q*s = 128)
     # attn: 6*(192 + 64 + 64) = 6*320 = 1920
     # per token 3072 + 1920 + 768 = 5760; *16 = 92160
-    cfg = dict(TINY, seq_length=8)
-    assert flops_per_step(**cfg, swiglu=False) == 92160.0
+    assert flops(seq_length=8) == 92160.0
 
 
 def test_flops_matches_megatron_12x_form_on_llama_like_config():
@@ -101,7 +95,8 @@ def test_flops_matches_megatron_12x_form_on_llama_like_config():
         12 * B * s * L * h * h
         * ((q / h) * (1 + g / n + s / (2 * h)) + (ffn / h) * (F / 2) + V / (2 * L * h))
     )
-    got = flops_per_step(B, s, h, L, ffn, n, g, kv, V, swiglu=True)
+    got = flops(True, B, V, seq_length=s, hidden_size=h, num_layers=L, ffn_hidden_size=ffn,
+                num_attention_heads=n, num_query_groups=g, kv_channels=kv)
     assert got == pytest.approx(expected, rel=1e-12)
     # Independent check, "6*N*T + attention": N = matmul parameters, T = B*s tokens per step.
     # N = L*(h*(q+2k) + q*h + F*h*ffn) + h*V, with q = 4096, k = kv*g = 1024
@@ -117,7 +112,7 @@ def test_flops_matches_megatron_12x_form_on_llama_like_config():
 
 
 def test_flops_returns_float():
-    assert isinstance(flops_per_step(**TINY, swiglu=False), float)
+    assert isinstance(flops(), float)
 
 
 # ---------------------------------------------------------------- throughput
@@ -132,7 +127,7 @@ def test_tflops_per_gpu():
     # 8e15 FLOPs / (2 s * 1e12 * 4) = 1000 TFLOP/s
     assert tflops_per_gpu(8e15, 2.0, 4) == pytest.approx(1000.0)
     # tiny config: 44544 / (0.001 * 1e12 * 2) = 2.2272e-5
-    assert tflops_per_gpu(flops_per_step(**TINY, swiglu=False), 0.001, 2) == pytest.approx(2.2272e-5)
+    assert tflops_per_gpu(flops(), 0.001, 2) == pytest.approx(2.2272e-5)
 
 
 @pytest.mark.parametrize("fn", [tokens_per_s_per_gpu, tflops_per_gpu])

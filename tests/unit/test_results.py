@@ -100,6 +100,11 @@ def test_tables_hold_every_cell_with_its_swept_value(sweep):
     (1, "FloatingPointError: loss is non-finite at step 3", "nan"),
     (1, "torch.distributed.DistBackendError: Watchdog caught collective operation timeout", "timeout"),
     (1, "ValueError: something else", "error"),
+    (1, 'Traceback (most recent call last):\n  File "x.py", line 1, in timeout_after\n'
+        '    wait_timeout()\nTypeError: alltoall_base(): incompatible function arguments.\n'
+        '    2. (output_split_sizes: list, timeout: datetime.timedelta | None = None)', "error"),
+    (1, 'Traceback (most recent call last):\n  File "gloo.py", line 9, in recv\n'
+        'RuntimeError: [gloo] Timed out waiting 600000ms for recv operation', "timeout"),
 ])
 def test_failures_are_classified(exitcode, text, status):
     assert classify_failure(exitcode, text) == status

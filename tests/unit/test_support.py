@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 
-from launcher.config import ConfigError, LayerSpec, ModelConfig, ParallelConfig
+from launcher.config import ConfigError, CudaGraphConfig, LayerSpec, ModelConfig, ParallelConfig
 from launcher.run.support import check_support, layer_spec
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is not None,
@@ -15,17 +15,18 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformer_engine") i
 def test_auto_is_the_local_spec_without_transformer_engine():
     assert layer_spec(ModelConfig()) == LayerSpec.local
     assert layer_spec(ModelConfig(layer_spec=LayerSpec.local)) == LayerSpec.local
-    check_support(ModelConfig(), ParallelConfig(tensor_model_parallel_size=2))
+    check_support(ModelConfig(), ParallelConfig(tensor_model_parallel_size=2), CudaGraphConfig())
 
 
 def test_transformer_engine_spec_without_it_is_refused():
     with pytest.raises(ConfigError, match=r"model.layer_spec=transformer_engine needs Transformer "
                                           r"Engine, which is not installed; install it, or set "
                                           r"model.layer_spec=auto"):
-        check_support(ModelConfig(layer_spec=LayerSpec.transformer_engine), ParallelConfig())
+        check_support(ModelConfig(layer_spec=LayerSpec.transformer_engine), ParallelConfig(),
+                      CudaGraphConfig())
 
 
 def test_context_parallel_without_transformer_engine_is_refused():
     with pytest.raises(ConfigError, match=r"parallel.context_parallel_size=2 needs Transformer "
                                           r"Engine attention \(TEDotProductAttention\)"):
-        check_support(ModelConfig(), ParallelConfig(context_parallel_size=2))
+        check_support(ModelConfig(), ParallelConfig(context_parallel_size=2), CudaGraphConfig())

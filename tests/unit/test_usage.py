@@ -24,7 +24,8 @@ def test_help_names_launch_its_commands_and_every_recipes_purpose():
     for recipe in (ROOT / "recipes").glob("*.yaml"):
         line = usage.purpose(recipe.read_text())
         assert f"  {recipe.stem} " in out and line in out
-    assert "  model: gpt2_small, tiny" in out and "hydra:" not in out
+    assert "  model: deepseek_tiny, deepseek_v3_proxy, gpt2_small, llama3_70b," in out
+    assert "hydra:" not in out and "experts run as SequentialMLP" in out
     assert seconds < 10  # Hydra's own help composed for ~2 s here; bench/startup.py times it
 
 
