@@ -2,10 +2,14 @@
 Megatron-FSDP over gloo, as their recipes say (bf16): on 1, 2 and 4 ranks; with rope and untied
 embeddings; with experts split over ranks; with HSDP; with activations recomputed."""
 
+import csv
+import os
+import subprocess
+
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import read_run, run_launch
+from conftest import LAUNCH, read_run, run_launch
 
 pytestmark = pytest.mark.distributed
 
@@ -111,3 +115,28 @@ def test_deepseek_twin_trains_on_one_and_two_ranks(tmp_path_factory, ranks, extr
     summary, _, _ = trained(tmp_path_factory, "+recipe=deepseek_v3_proxy_tiny_cpu", *SHORT,
                             f"runtime.nproc_per_node={ranks}", *extra)
     assert summary["world_size"] == ranks
+
+
+def test_a_sweep_of_the_moe_twin_refuses_its_graph_cells_and_measures_the_eager_ones(tmp_path):
+    """The switch against CUDA graphs on the MoE twin: a full-iteration graph cannot capture the
+    local spec's experts, so both graph cells are refused with their reasons before any run;
+    both eager cells run."""
+    sweep_dir = tmp_path / "sweep"
+    proc = subprocess.run(
+        [LAUNCH, "-m", "+recipe=moe_small_tiny_cpu", "fsdp.prefetch_first_param_group=true,false",
+         "cuda_graph.impl=none,full_iteration", "sweep.repeats=1", "train.steps=4",
+         "train.warmup_steps=1", "cuda_graph.warmup_steps=1", *QUIET,
+         f"hydra.sweep.dir={sweep_dir}"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        env=dict(os.environ, WANDB_SILENT="true", HOME=str(tmp_path / "home")))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    with open(sweep_dir / "results.csv") as f:
+        rows = {(r["fsdp.prefetch_first_param_group"], r["cuda_graph.impl"]): r
+                for r in csv.DictReader(f)}
+    for prefetch in ("true", "false"):
+        assert rows[(prefetch, "none")]["status"] == "ok"
+        assert float(rows[(prefetch, "none")]["tokens_per_s_per_gpu"]) > 0
+        assert rows[(prefetch, "full_iteration")]["status"] == "invalid"
+    assert "cannot capture a mixture of experts on the local layer spec" in \
+        rows[("false", "full_iteration")]["reason"]
+    assert "set fsdp.prefetch_first_param_group=false" in rows[("true", "full_iteration")]["reason"]

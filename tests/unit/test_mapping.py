@@ -64,3 +64,45 @@ def test_transformer_config_carries_model_and_graph_settings():
     assert (tc.num_layers, tc.num_query_groups, tc.ffn_hidden_size) == (3, 2, 256)
     assert tc.gated_linear_unit and tc.cuda_graph_impl == "full_iteration"
     assert tc.cuda_graph_warmup_steps == 4 and tc.params_dtype == torch.float32
+
+
+def test_llama_moe_and_recompute_keys_reach_transformer_config_and_gpt_model():
+    from launcher.config import (
+        MoeConfig, PositionEmbedding, RecomputeConfig, RecomputeGranularity, RecomputeMethod,
+        RouterScore,
+    )
+
+    model = ModelConfig(num_layers=3, position_embedding=PositionEmbedding.rope,
+                        rotary_base=500000, untie_embeddings=True, add_bias_linear=False,
+                        qk_layernorm=True, kv_channels=32,
+                        moe=MoeConfig(num_experts=4, ffn_hidden_size=48, layer_freq=[0, 1, 1],
+                                      shared_expert_ffn_hidden_size=96,
+                                      router_score_function=RouterScore.sigmoid),
+                        recompute=RecomputeConfig(granularity=RecomputeGranularity.full,
+                                                  method=RecomputeMethod.block, num_layers=2))
+    config = build.transformer_config(model, ParallelConfig(expert_model_parallel_size=2),
+                                      CudaGraphConfig(), TrainConfig(), on_cpu=True)
+    assert (config.kv_channels, config.add_bias_linear, config.qk_layernorm) == (32, False, True)
+    assert (config.num_moe_experts, config.moe_ffn_hidden_size, config.moe_layer_freq) == \
+        (4, 48, [0, 1, 1])
+    assert config.moe_shared_expert_intermediate_size == 96
+    assert config.moe_router_score_function == "sigmoid" and config.moe_router_topk == 2
+    assert config.moe_token_dispatcher_type == "alltoall"
+    assert config.moe_router_load_balancing_type == "aux_loss" and config.moe_aux_loss_coeff == 0.01
+    assert config.expert_model_parallel_size == 2
+    assert (config.recompute_granularity, config.recompute_method,
+            config.recompute_num_layers) == ("full", "block", 2)
+    assert build.position_fields(model) == dict(position_embedding_type="rope",
+                                                rope_scaling=False, rotary_base=500000)
+
+
+def test_hsdp_keys_reach_the_ddp_config():
+    from launcher.config import OuterSharding
+
+    fsdp = FsdpConfig(num_distributed_optimizer_instances=4,
+                      outer_dp_sharding_strategy=OuterSharding.optim)
+    ddp = build.ddp_config(fsdp, CudaGraphConfig(), False, on_cpu=True)
+    assert ddp.num_distributed_optimizer_instances == 4
+    assert ddp.outer_dp_sharding_strategy == "optim"
+    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), False, True) \
+        .outer_dp_sharding_strategy == "no_shard"
