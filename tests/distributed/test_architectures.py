@@ -9,7 +9,9 @@ import subprocess
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import LAUNCH, read_run, run_launch
+from conftest import LAUNCH, make_config, read_run, run_launch
+from launcher.cli import with_vocab
+from launcher.run.estimate import num_parameters, padded_vocab
 
 pytestmark = pytest.mark.distributed
 
@@ -31,6 +33,12 @@ def losses(run):
     return [s["loss"] for s in run[1]]
 
 
+def estimated_parameters(*overrides) -> int:
+    """What `runtime.dry_run=true` says the model has."""
+    cfg = with_vocab(make_config(*overrides))
+    return num_parameters(cfg.model, padded_vocab(cfg)).total
+
+
 @pytest.fixture(scope="module")
 def llama_two(tmp_path_factory):
     return trained(tmp_path_factory, "+recipe=llama3_8b_tiny_cpu")
@@ -40,6 +48,7 @@ def test_llama_twin_on_two_ranks_matches_one_rank(llama_two, tmp_path_factory):
     """rope (base 500000), untied embeddings, no biases, GQA, SwiGLU, RMSNorm: 2 ranks sharding
     the same global batch train the same model as 1 rank (bf16: reductions in another order)."""
     one = trained(tmp_path_factory, "+recipe=llama3_8b_tiny_cpu", "runtime.nproc_per_node=1")
+    assert one[0]["num_parameters"] == estimated_parameters("+recipe=llama3_8b_tiny_cpu")
     assert llama_two[0]["world_size"] == 2 and llama_two[0]["metrics"]["first_group_prefetches"] == 10
     assert losses(llama_two) == pytest.approx(losses(one), rel=5e-3)
     config = llama_two[0]["config"]["model"]
@@ -72,6 +81,7 @@ def test_moe_twin_splits_its_experts_and_logs_their_routing(moe_ep2, tmp_path_fa
     within 2%, not exactly."""
     ep1 = trained(tmp_path_factory, "+recipe=moe_small_tiny_cpu",
                   "parallel.expert_model_parallel_size=1")
+    assert ep1[0]["num_parameters"] == estimated_parameters("+recipe=moe_small_tiny_cpu")
     assert moe_ep2[0]["config"]["parallel"]["expert_model_parallel_size"] == 2
     assert losses(moe_ep2) == pytest.approx(losses(ep1), rel=2e-2)
     # 8 sequences of 32 tokens, each token to 2 experts, in both MoE layers; every rank's counted
@@ -112,9 +122,10 @@ def test_hsdp_on_four_ranks_matches_plain_fsdp(deepseek_hsdp, tmp_path_factory):
                                          (2, ["parallel.expert_model_parallel_size=1"])],
                          ids=["1-rank", "2-ranks-hsdp-2x1"])
 def test_deepseek_twin_trains_on_one_and_two_ranks(tmp_path_factory, ranks, extra):
-    summary, _, _ = trained(tmp_path_factory, "+recipe=deepseek_v3_proxy_tiny_cpu", *SHORT,
-                            f"runtime.nproc_per_node={ranks}", *extra)
+    overrides = ["+recipe=deepseek_v3_proxy_tiny_cpu", f"runtime.nproc_per_node={ranks}", *extra]
+    summary, _, _ = trained(tmp_path_factory, *overrides, *SHORT)
     assert summary["world_size"] == ranks
+    assert summary["num_parameters"] == estimated_parameters(*overrides)
 
 
 def test_a_sweep_of_the_moe_twin_refuses_its_graph_cells_and_measures_the_eager_ones(tmp_path):

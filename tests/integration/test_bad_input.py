@@ -48,6 +48,13 @@ CATALOGUE = [
     (["cuda_graph=full_iteration", "fsdp.prefetch_first_param_group=false",
       "train.check_nan_in_grad=true"], "set train.check_nan_in_grad=false"),
     (["cuda_graph.warmup_steps=-1"], "cuda_graph.warmup_steps=-1 must be >= 0"),
+    # architectures megatron-core would assert on, or the local spec cannot capture
+    (["+recipe=moe_small_tiny_cpu", "cuda_graph=full_iteration",
+      "fsdp.prefetch_first_param_group=false"], "set cuda_graph.impl=none, or model.moe."),
+    (["model=moe_tiny", "parallel.expert_model_parallel_size=3"],
+     "must divide model.moe.num_experts=4"),
+    (["+recipe=deepseek_v3_proxy_tiny_cpu", "runtime.nproc_per_node=2"],
+     "fsdp.num_distributed_optimizer_instances=2 must divide the expert data-parallel size 1"),
     # Megatron-FSDP knobs megatron would assert on, or a CPU cannot run
     (["fsdp.nccl_ub=true"], "set fsdp.double_buffer=true"),
     (["+recipe=tiny_cpu", "fsdp.nccl_ub=true", "fsdp.double_buffer=true"],

@@ -154,3 +154,18 @@ def test_hsdp_and_experts_shard_the_estimate():
     # and gradients only inside a group of 2
     assert hsdp["optimizer"] == flat["optim_grads_params"]["optimizer"]
     assert hsdp["weights"] > flat["optim_grads_params"]["weights"]
+
+
+def test_recomputation_shows_the_activation_memory_it_saves():
+    from launcher.run.estimate import activation_bytes
+
+    def activations(*overrides):
+        return activation_bytes(with_vocab(make("+recipe=llama3_70b", *overrides)))
+
+    full = activations()  # the recipe: full, uniform, one layer a chunk
+    none = activations("model.recompute.granularity=null", "model.recompute.method=null",
+                       "model.recompute.num_layers=null")
+    selective = activations("model.recompute.granularity=selective",
+                            "model.recompute.method=null", "model.recompute.num_layers=null")
+    assert full < selective < none
+    assert none / full > 30  # 80 layers' activations against their inputs and one layer's
