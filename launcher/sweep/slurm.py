@@ -18,7 +18,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launcher.sweep.error import SweepError
 
-SINFO_TIMEOUT_S = 30
+# How long sinfo and `sbatch --test-only` may take: a controller answers within its
+# MessageTimeout (Slurm's default: 10 s); with no Slurm configured, sinfo looks for one until
+# this ends, so it is also how long a user without Slurm waits for the refusal.
+SINFO_TIMEOUT_S = 15
 
 
 def is_submitit(launcher: DictConfig) -> bool:

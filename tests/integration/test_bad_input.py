@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -145,10 +146,9 @@ CATALOGUE = [
 ]
 
 
-@pytest.mark.parametrize("overrides,expected", CATALOGUE,
-                         ids=[" ".join(o)[:60] for o, _ in CATALOGUE])
-def test_bad_input_is_refused_in_one_line(tmp_path, overrides, expected):
-    run_dir = tmp_path / "run"
+def refuse(folder, overrides):
+    """Runs one catalogue command as a user types it, from `folder`; (process, run folder)."""
+    run_dir = folder / "run"
     run_dir_override = [] if any(o.startswith("hydra.run.dir") for o in overrides) else [
         f"hydra.run.dir={run_dir}"]
     recipe = [] if any(o.lstrip("+").startswith("recipe=") for o in overrides) else [
@@ -156,11 +156,28 @@ def test_bad_input_is_refused_in_one_line(tmp_path, overrides, expected):
     flags = [o for o in overrides if o == "-m"]  # before the overrides, as a user types it
     overrides = [o for o in overrides if o != "-m"]
     proc = subprocess.run([LAUNCH, *flags, *recipe, *overrides, *run_dir_override],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, cwd=folder,
                           env={**{k: v for k, v in os.environ.items()
                                   if k not in ("WANDB_API_KEY", "NETRC")},
-                               "HOME": str(tmp_path / "home"),
-                               "SLURM_CONF": str(tmp_path / "no-slurm.conf")})
+                               "HOME": str(folder / "home"),
+                               "SLURM_CONF": str(folder / "no-slurm.conf")})
+    return proc, run_dir
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    """Every catalogue command's (process, run folder, its folder), two at a time: each is a
+    fresh process, mostly imports, and the machine has two cores."""
+    folders = [tmp_path_factory.mktemp("bad") for _ in CATALOGUE]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(refuse, folders, [o for o, _ in CATALOGUE]))
+    return [(proc, run_dir, folder) for (proc, run_dir), folder in zip(done, folders)]
+
+
+@pytest.mark.parametrize("index", range(len(CATALOGUE)),
+                         ids=[" ".join(o)[:60] for o, _ in CATALOGUE])
+def test_bad_input_is_refused_in_one_line(refusals, index):
+    (overrides, expected), (proc, run_dir, folder) = CATALOGUE[index], refusals[index]
     assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -168,8 +185,8 @@ def test_bad_input_is_refused_in_one_line(tmp_path, overrides, expected):
     assert FIX.search(lines[0].split(expected)[-1] + expected), lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.jsonl").exists()
-    if flags:  # a refused sweep writes nothing at all
-        assert not list(tmp_path.glob("multirun")) and not list(tmp_path.glob("sweeps"))
+    if "-m" in overrides:  # a refused sweep writes nothing at all
+        assert not list(folder.glob("multirun")) and not list(folder.glob("sweeps"))
 
 
 def test_cuda_asked_for_on_a_machine_without_it(tmp_path):
