@@ -142,7 +142,8 @@ class RecomputeConfig:
                 RecomputeModule.core_attn]:
             raise ConfigError(
                 "model.recompute.modules has no effect unless model.recompute.granularity="
-                "selective; set model.recompute.granularity=selective, or drop the model.recompute.modules override")
+                "selective; set model.recompute.granularity=selective, or drop the "
+                "model.recompute.modules override")
         if granularity == RecomputeGranularity.selective and not self.modules:
             raise ConfigError("model.recompute.granularity=selective with model.recompute."
                               "modules=[] recomputes nothing; name the modules (e.g. "

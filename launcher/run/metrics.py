@@ -5,8 +5,9 @@ device name (``torch.cuda.get_device_name()``) itself and passes them in.
 
 The FLOP count is Megatron-LM's own (``num_floating_point_operations`` -> ``transformer_flops`` in
 megatron/training/training.py) for the GPTs the launcher builds, dense or MoE: no multi-token
-prediction, no multi-latent attention, no attention output gate, no linear-attention layers. Using the same
-formula means our TFLOP/s and MFU can be compared directly with the numbers Megatron-LM logs.
+prediction, no multi-latent attention, no attention output gate, no linear-attention layers.
+Using the same formula means our TFLOP/s and MFU can be compared directly with the numbers
+Megatron-LM logs.
 
 The peak table lists dense (no structured sparsity) tensor-core peaks from NVIDIA's datasheets.
 An unknown GPU, a CPU or an unknown precision gives ``None``, never a guessed or fallback peak,

@@ -49,7 +49,8 @@ def test_llama_twin_on_two_ranks_matches_one_rank(llama_two, tmp_path_factory):
     the same global batch train the same model as 1 rank (bf16: reductions in another order)."""
     one = trained(tmp_path_factory, "+recipe=llama3_8b_tiny_cpu", "runtime.nproc_per_node=1")
     assert one[0]["num_parameters"] == estimated_parameters("+recipe=llama3_8b_tiny_cpu")
-    assert llama_two[0]["world_size"] == 2 and llama_two[0]["metrics"]["first_group_prefetches"] == 10
+    assert llama_two[0]["world_size"] == 2
+    assert llama_two[0]["metrics"]["first_group_prefetches"] == 10
     assert losses(llama_two) == pytest.approx(losses(one), rel=5e-3)
     config = llama_two[0]["config"]["model"]
     assert config["position_embedding"] == "rope" and config["untie_embeddings"] is True
