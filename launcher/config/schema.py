@@ -67,6 +67,12 @@ class Config:
                 f"parallel.tensor_model_parallel_size={tp}; pick a tensor-parallel size that "
                 "divides the heads"
             )
+        groups = self.model.query_groups
+        if groups % tp and tp % groups:
+            raise ConfigError(
+                f"model.num_query_groups={groups} must be a multiple or a divisor of "
+                f"parallel.tensor_model_parallel_size={tp} (megatron-core's TransformerConfig); "
+                "pick sizes where one divides the other")
 
     def _check_experts(self) -> None:
         moe, ep = self.model.moe, self.parallel.expert_model_parallel_size
@@ -75,6 +81,14 @@ class Config:
                 f"parallel.expert_model_parallel_size={ep} splits experts, and "
                 "model.moe.num_experts=null makes none (megatron-core's TransformerConfig refuses "
                 "it); set model.moe.num_experts, or parallel.expert_model_parallel_size=1")
+        tp = self.parallel.tensor_model_parallel_size
+        if moe.enabled and tp > 1:
+            raise ConfigError(
+                f"parallel.tensor_model_parallel_size={tp} with model.moe.num_experts="
+                f"{moe.num_experts} needs sequence parallelism, which the launcher does not turn "
+                "on (megatron-core's MoELayer raises in training without it, moe_layer.py); set "
+                "parallel.tensor_model_parallel_size=1 and split the experts with "
+                "parallel.expert_model_parallel_size")
         if moe.enabled and moe.num_experts % ep:
             raise ConfigError(
                 f"parallel.expert_model_parallel_size={ep} must divide model.moe.num_experts="

@@ -49,6 +49,13 @@ RULES = [
      r"makes none"),
     (MOE + ["parallel.expert_model_parallel_size=3"],
      r"parallel.expert_model_parallel_size=3 must divide model.moe.num_experts=4"),
+    (MOE + ["parallel.tensor_model_parallel_size=2"],
+     r"parallel.tensor_model_parallel_size=2 with model.moe.num_experts=4 needs sequence "
+     r"parallelism"),
+    (["model.num_attention_heads=12", "model.hidden_size=96", "model.num_query_groups=3",
+      "parallel.tensor_model_parallel_size=2"],
+     r"model.num_query_groups=3 must be a multiple or a divisor of "
+     r"parallel.tensor_model_parallel_size=2"),
     # HSDP
     (["fsdp.outer_dp_sharding_strategy=optim"],
      r"fsdp.outer_dp_sharding_strategy=optim shards across HSDP groups, and "
