@@ -202,9 +202,9 @@ class FsdpConfig:
     (fsdp_double_buffer); needs optim_grads_params (other strategies gather no FSDP units)."""
     bucket_size: Optional[int] = None
     """Elements per bucket of the parameters outside the FSDP units (ddp bucket_size): decides
-    the first parameter group, whose bucket holds the embeddings (and output layer and final
-    norm); a transformer layer is always one group. null, as Megatron-LM's --ddp-bucket-size:
-    they stay one bucket."""
+    the first parameter group, whose bucket holds the embeddings (and an untied output layer and
+    the final norm); a transformer layer is always one group. null, as Megatron-LM's
+    --ddp-bucket-size: they stay one bucket."""
     suggested_communication_unit_size: Optional[int] = None
     """Elements M-FSDP communicates at once: an all-gather prefetches the next buckets until
     half of this much is on its way, and the reduce-scatter queue holds this much. null, as

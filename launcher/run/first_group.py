@@ -14,9 +14,10 @@ Instruments the instance, never megatron's source, and adds no host-device synch
   look-ups on each call: wrapped, to see the first bucket go from EMPTY/PRESERVED to
   COMMUNICATING (the issue) and the first wait on it after that (the forward's).
 Clocks: on a CPU the host clock, with the completion time noted by a thread that waits on gloo's
-work beside the rank (no wait is added to the rank); on a GPU CUDA events: one on the compute stream at the issue, one on a
-side stream made to wait for the collective (a device-side wait), one on the compute stream where
-the forward waits; they are read after the step's own sync point (launcher.run.loop.train).
+work beside the rank (no wait is added to the rank); on a GPU CUDA events: one on the compute
+stream at the issue, one on a side stream made to wait for the collective (a device-side wait),
+one on the compute stream where the forward waits; they are read after the step's own sync point
+(launcher.run.loop.train).
 Inside a CUDA-graph capture nothing is recorded, and a replay runs no Python, so a captured run
 has no timing samples (its summary says why).
 """

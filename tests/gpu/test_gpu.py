@@ -69,7 +69,7 @@ def test_gpu_first_group_fields(launch, prefetch, where):
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = read_run(run_dir)[0]["metrics"]
     assert m["first_group_issued_in"] == where
-    assert m["first_group_bytes"] == 37120  # the tiny GPT's embedding bucket, bf16
+    assert m["first_group_bytes"] == 20736  # the tiny GPT's embedding bucket (tied), bf16
     assert m["first_group_allgather_s"] > 0 and m["first_group_wait_s"] >= 0
     if prefetch == "false":
         assert m["first_group_wait_s"] <= m["first_group_allgather_s"] + 1e-4

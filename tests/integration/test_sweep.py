@@ -13,18 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import readme_commands
+
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-# 8 steps: 2 warmup, then graph cells leave out 1 graph warmup and 1 capture: 4 steady steps.
-SWEEP = ["-m", "+recipe=sweep_tiny_cpu", "sweep.repeats=1", "train.steps=8",
-         "cuda_graph.warmup_steps=1", "sweep.name=smoke", "logging.tensorboard.enabled=true"]
+README_SWEEP = ".venv/bin/launch -m +recipe=sweep_tiny_cpu"
 REFUSED = ("true", "full_iteration")
 
 
-def launch_sweep(sweep_dir, *extra):
+def launch_sweep(sweep_dir):
+    """The README's sweep command again, into the same sweep folder."""
     env = dict(os.environ, WANDB_SILENT="true", HOME=str(sweep_dir.parent / "home"))
-    return subprocess.run([str(BIN / "launch"), *SWEEP, *extra, f"hydra.sweep.dir={sweep_dir}"],
+    return subprocess.run([str(BIN / "launch"), *README_SWEEP.split()[1:],
+                           f"hydra.sweep.dir={sweep_dir}"],
                           capture_output=True, text=True, timeout=900, env=env,
                           cwd=sweep_dir.parent)
 
@@ -41,29 +43,34 @@ def summaries(sweep_dir):
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    sweep_dir = tmp_path_factory.mktemp("sweep") / "out"
-    proc = launch_sweep(sweep_dir)
+def sweep(readme_command, user_home):
+    """The README's CPU sweep (test_readme.py's run of it is this one): 4 cells, one refused,
+    2 repeats of 12 steps, wandb offline and TensorBoard, as the sweep_tiny_cpu recipe says."""
+    assert README_SWEEP in readme_commands()
+    proc = readme_command(README_SWEEP)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc, sweep_dir
+    report = re.search(r"\[sweep\] report: (\S+)/report.html", proc.stdout).group(1)
+    return proc, user_home / report  # the sweep's folder, as printed (relative to the user's)
 
 
 def test_tensorboard_runs_sit_in_their_cell_folders_named_by_cell_and_repeat(sweep):
     _, sweep_dir = sweep
     rows = read_csv(sweep_dir)
-    expected = {(r["cell"], f"{r['label']} #0") for r in rows.values() if r["status"] == "ok"}
-    found = {(p.parents[3].name, p.name) for p in sweep_dir.glob("*/repeat0/attempt0/tb/*")}
-    assert found == expected and len(found) == 3
+    expected = {(r["cell"], f"{r['label']} #{repeat}") for r in rows.values()
+                if r["status"] == "ok" for repeat in (0, 1)}
+    found = {(p.parents[3].name, p.name) for p in sweep_dir.glob("*/repeat*/attempt0/tb/*")}
+    assert found == expected and len(found) == 6
     for cell, name in found:  # event files that TensorBoard reads
-        assert list((sweep_dir / cell / "repeat0" / "attempt0" / "tb" / name).glob(
+        repeat = name.split("#")[1]
+        assert list((sweep_dir / cell / f"repeat{repeat}" / "attempt0" / "tb" / name).glob(
             "events.out.tfevents.*"))
 
 
 def test_preflight_lists_every_cell_and_the_refused_one_with_its_reason(sweep):
     proc, _ = sweep
     plan = proc.stdout[:proc.stdout.index("refused\n") + 7]  # up to the plan's last line
-    assert "4 cells x 1 repeat(s)" in plan
-    assert plan.count("run 1 of 1 repeat(s)") == 3
+    assert "4 cells x 2 repeat(s)" in plan
+    assert plan.count("run 2 of 2 repeat(s)") == 3
     assert "invalid, will not run: fsdp.prefetch_first_param_group=true cannot be captured" in plan
     assert "1 refused" in plan
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -80,10 +87,10 @@ def test_results_hold_every_cell(sweep):
     for key in set(rows) - {REFUSED}:
         row = rows[key]
         assert row["status"] == "ok" and float(row["tokens_per_s_per_gpu"]) > 0
-        assert row["runs_ok"] == "1/1" and float(row["speedup_ci_low"]) <= float(row["speedup"])
+        assert row["runs_ok"] == "2/2" and float(row["speedup_ci_low"]) <= float(row["speedup"])
         assert row["cuda_graph_captured"] == "False"  # a CPU cannot capture
     assert rows[("true", "none")]["baseline"] == "True"
-    assert rows[("true", "none")]["first_group_prefetches"] == "8"
+    assert rows[("true", "none")]["first_group_prefetches"] == "12"
     assert rows[("false", "none")]["first_group_prefetches"] == "0"
     markdown = (sweep_dir / "results.md").read_text()
     assert "ok (CUDA graph not captured: ran eagerly)" in markdown
@@ -95,7 +102,7 @@ def test_runs_are_grouped_and_tagged_for_wandb(sweep):
     row = read_csv(sweep_dir)[("false", "full_iteration")]
     run = sweep_dir / row["cell"] / "repeat0" / "attempt0"
     wandb_cfg = json.loads((run / "summary.json").read_text())["config"]["logging"]["wandb"]
-    assert wandb_cfg["group"] == "smoke"
+    assert wandb_cfg["group"] == sweep_dir.name  # sweep.name's default: the sweep's folder
     assert wandb_cfg["tags"] == ["fsdp.prefetch_first_param_group=false",
                                  "cuda_graph.impl=full_iteration"]
     assert list(run.glob("wandb/offline-run-*/run-*.wandb"))
@@ -138,7 +145,7 @@ def test_same_command_again_runs_nothing_and_overwrites_no_run(sweep):
     before = summaries(sweep_dir)
     proc = launch_sweep(sweep_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "0 runs to do, 3 already ok" in proc.stdout
+    assert "0 runs to do, 6 already ok" in proc.stdout
     assert "Launching" not in proc.stdout + proc.stderr
     assert summaries(sweep_dir) == before
 
@@ -156,7 +163,7 @@ def test_interrupted_run_is_reported_then_rerun_alone(sweep):
     before = summaries(sweep_dir)
     proc = launch_sweep(sweep_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "1 runs to do, 2 already ok" in proc.stdout
+    assert "1 runs to do, 5 already ok" in proc.stdout
     after = summaries(sweep_dir)
     assert {p: v for p, v in after.items() if p in before} == before
     assert [Path(p).parent.name for p in set(after) - set(before)] == ["attempt1"]
@@ -208,20 +215,15 @@ def test_shrunk_gpt_recipe_sweeps_in_bf16_with_its_graph_cell_through_the_wrappe
     assert "ok (CUDA graph not captured: ran eagerly)" in (sweep_dir / "results.md").read_text()
 
 
-def test_a_sweep_prints_a_few_lines_per_run(tmp_path):
-    sweep_dir = tmp_path / "quiet"
-    env = dict(os.environ, HOME=str(tmp_path / "home"))
-    env.pop("WANDB_SILENT", None)  # wandb as a user has it: not silenced from outside
-    proc = subprocess.run(
-        [str(BIN / "launch"), "-m", "+recipe=tiny_cpu", "train.steps=4", "sweep.repeats=1",
-         "fsdp.prefetch_first_param_group=true,false", f"hydra.sweep.dir={sweep_dir}"],
-        capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+def test_a_sweep_prints_a_few_lines_per_run(sweep):
+    """The README's sweep as a user sees it (wandb not silenced from outside): the plan, then
+    a few lines a run, then the results."""
+    proc, _ = sweep
     lines = proc.stdout.splitlines()
-    assert len([line for line in lines if re.search(r"\[HYDRA\]\s+#\d+ : ", line)]) == 2
+    assert len([line for line in lines if re.search(r"\[HYDRA\]\s+#\d+ : ", line)]) == 6
     # per run: wandb, start, result; and the wandb run of the results table
-    assert len([line for line in lines if "[launch]" in line]) == 2 * 3 + 1
-    assert sum("[launch] wandb: offline run in" in line for line in lines) == 3
+    assert len([line for line in lines if "[launch]" in line]) == 6 * 3 + 1
+    assert sum("[launch] wandb: offline run in" in line for line in lines) == 7
     assert not [line for line in lines if line.startswith(("step ", "wandb:"))]
-    assert len(lines) <= 30, "\n".join(lines)
+    assert len(lines) <= 60, "\n".join(lines)
     assert "GPTModel IS DEPRECATED" not in proc.stdout + proc.stderr
