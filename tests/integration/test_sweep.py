@@ -49,7 +49,7 @@ def sweep(readme_command, user_home):
     assert README_SWEEP in readme_commands()
     proc = readme_command(README_SWEEP)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    report = re.search(r"\[sweep\] report: (\S+)/report.html", proc.stdout).group(1)
+    report = re.search(r"\[sweep\] report: .*?([^\s,]+)/report\.html", proc.stdout).group(1)
     return proc, user_home / report  # the sweep's folder, as printed (relative to the user's)
 
 
@@ -221,9 +221,10 @@ def test_a_sweep_prints_a_few_lines_per_run(sweep):
     proc, _ = sweep
     lines = proc.stdout.splitlines()
     assert len([line for line in lines if re.search(r"\[HYDRA\]\s+#\d+ : ", line)]) == 6
-    # per run: wandb, start, result; and the wandb run of the results table
-    assert len([line for line in lines if "[launch]" in line]) == 6 * 3 + 1
+    # per run: wandb, TensorBoard, start, result; and the wandb run of the results table
+    assert len([line for line in lines if "[launch]" in line]) == 6 * 4 + 1
     assert sum("[launch] wandb: offline run in" in line for line in lines) == 7
+    assert sum("[launch] tensorboard" in line.lower() for line in lines) == 6
     assert not [line for line in lines if line.startswith(("step ", "wandb:"))]
-    assert len(lines) <= 60, "\n".join(lines)
+    assert len(lines) <= 60, f"{len(lines)} lines:\n" + "\n".join(lines)
     assert "GPTModel IS DEPRECATED" not in proc.stdout + proc.stderr
