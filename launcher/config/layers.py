@@ -33,7 +33,8 @@ class MoeConfig:
     --moe-layer-freq (DeepSeek-V3: three dense layers first); empty: every layer is MoE."""
     aux_loss_coeff: float = 0.01
     """Weight of the load-balancing loss (moe_aux_loss_coeff, moe_router_load_balancing_type
-    aux_loss); it is logged as train/moe_aux_loss. 0 turns the loss off."""
+    aux_loss). The loss is logged as train/moe_aux_loss before this weight, as Megatron-LM logs
+    it (1 when the experts are balanced). 0 turns the loss off (and its logging)."""
     token_dispatcher: TokenDispatcher = TokenDispatcher.alltoall
     """How tokens reach their experts across expert-parallel ranks: alltoall | allgather
     (moe_token_dispatcher_type)."""
