@@ -122,13 +122,16 @@ def state_dict(model, optimizer, scheduler, step: int, loading: bool) -> dict:
 
 
 def prepare(state: dict, model, optimizer) -> dict:
-    """Megatron-LM's preprocess_fsdp_dtensor_state_dict (dense GPT: no MoE), after filling the
-    optimizer state that ranks lack (see fill_missing_optimizer_state)."""
+    """Megatron-LM's preprocess_fsdp_dtensor_state_dict (megatron/training/checkpointing.py),
+    after filling the optimizer state that ranks lack (see fill_missing_optimizer_state). With
+    experts, each rank's local expert keys (`local_experts.0` on every expert-parallel rank)
+    become their global indices, else the ranks' experts would overwrite each other's."""
     from megatron.core.distributed.fsdp.src.megatron_fsdp.uneven_dtensor import (
         preprocess_state_dict_for_uneven_dtensor,
     )
     from megatron.core.transformer.fsdp_dtensor_checkpoint import (
-        handle_fp8_extra_state_case, handle_gdn_in_state_dict, handle_swiglu_in_state_dict,
+        handle_experts_in_state_dict, handle_fp8_extra_state_case, handle_gdn_in_state_dict,
+        handle_swiglu_in_state_dict,
     )
 
     engine = model.module
@@ -139,6 +142,9 @@ def prepare(state: dict, model, optimizer) -> dict:
             engine, state["model"], state["optimizer"])
     state["model"], state["optimizer"] = handle_gdn_in_state_dict(
         engine, state["model"], state["optimizer"])
+    if model.config.num_moe_experts:
+        state["model"] = handle_experts_in_state_dict(state["model"],
+                                                      model.config.num_moe_experts)
     preprocess_state_dict_for_uneven_dtensor(state)  # collective: all_gather_object per DTensor
     return state
 
