@@ -189,6 +189,17 @@ def check_expert_groups(cfg: Config, world_size: int, dp: int, source: str) -> N
             raise ConfigError(
                 f"fsdp.num_distributed_optimizer_instances={instances} must divide the {what} "
                 f"{size} (world {world_size} from {source}); change {source} or the instances")
+    ckpt = cfg.train.checkpoint
+    if cfg.model.moe.enabled and expert_dp > 1 and ckpt.interval:
+        # seen on gloo (2 and 4 ranks, with and without HSDP): the save fails or hangs in
+        # preprocess_state_dict_for_uneven_dtensor; one expert per rank saves and resumes
+        raise ConfigError(
+            f"train.checkpoint.interval={ckpt.interval} cannot save this mixture of experts: "
+            f"its experts are sharded over an expert data-parallel size of {expert_dp} (world "
+            f"{world_size} / (tp x ep x pp)), and megatron-core 0.19.2's Megatron-FSDP fails on "
+            "such experts' DTensors (\"DTensor chunk metadata is invalid\") or hangs; raise "
+            "parallel.expert_model_parallel_size until that size is 1 (one copy of each "
+            "expert), or set train.checkpoint.interval=0")
 
 
 def as_dict(section) -> dict:

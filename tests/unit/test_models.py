@@ -104,6 +104,9 @@ WORLD_RULES = [
     (MOE + ["parallel.expert_model_parallel_size=2", "fsdp.num_distributed_optimizer_instances=4",
             "runtime.nproc_per_node=4"],
      r"fsdp.num_distributed_optimizer_instances=4 must divide the expert data-parallel size 2"),
+    (MOE + ["runtime.nproc_per_node=2", "train.checkpoint.interval=3"],
+     r"train.checkpoint.interval=3 cannot save this mixture of experts: its experts are sharded "
+     r"over an expert data-parallel size of 2 .*raise parallel.expert_model_parallel_size"),
 ]
 
 
