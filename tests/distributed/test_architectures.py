@@ -96,8 +96,11 @@ def test_moe_twin_splits_its_experts_and_logs_their_routing(moe_ep2, tmp_path_fa
 
 
 def test_moe_twin_trains_on_one_rank(tmp_path_factory):
-    trained(tmp_path_factory, "+recipe=moe_small_tiny_cpu", "runtime.nproc_per_node=1",
-            "parallel.expert_model_parallel_size=1")
+    overrides = ["+recipe=moe_small_tiny_cpu", "runtime.nproc_per_node=1",
+                 "parallel.expert_model_parallel_size=1"]
+    summary, steps, _ = trained(tmp_path_factory, *overrides)
+    assert summary["world_size"] == 1 and steps[-1]["loss"] < steps[0]["loss"]
+    assert summary["num_parameters"] == estimated_parameters(*overrides)
 
 
 @pytest.fixture(scope="module")
