@@ -13,7 +13,8 @@ import io
 import os
 import sys
 
-from launcher.sweep.results import HEADERS, Results, collect, display, shown, write_tables
+from launcher.sweep.results import (HEADERS, ONE_RUN_NOTE, Results, collect, display,
+                                    significant, shown, write_tables)
 from launcher.files import write_bytes_atomic, write_text_atomic
 from launcher.sweep.plan import short_names
 
@@ -140,10 +141,11 @@ def draw_speedup(ax, results: Results) -> None:
     for y, row in enumerate(rows):
         err = [[row["speedup"] - row["speedup_ci_low"]], [row["speedup_ci_high"] - row["speedup"]]]
         ax.errorbar(row["speedup"], y, xerr=err, fmt="o", capsize=6, color=OK_COLOR,
-                    markerfacecolor="white" if row["within_noise"] else OK_COLOR)
+                    markerfacecolor=OK_COLOR if significant(row) else "white")
     ax.set_yticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
     ax.set_ylim(-0.5, max(len(rows), 1) - 0.5)
-    ax.set_xlabel("speedup vs baseline (tokens/s/GPU ratio, 95% CI; hollow: within noise)")
+    ax.set_xlabel("speedup vs baseline (tokens/s/GPU ratio, 95% CI; hollow: not significant, "
+                  "within noise or one run)")
     ax.set_title("Speedup against the baseline")
     ax.invert_yaxis()  # top to bottom in table order
     ax.legend(loc="lower right")
@@ -236,7 +238,7 @@ def draw_savings(ax, results: Results) -> None:
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;
 font-size:14px;vertical-align:top}th{background:#f3f3f3}tr.baseline td{background:#fff4e8}
-td.bad{color:#b22}pre{white-space:pre-wrap;font-size:12px;margin:0}svg{max-width:100%;height:auto}"""
+td.bad,p.bad{color:#b22}pre{white-space:pre-wrap;font-size:12px;margin:0}svg{max-width:100%;height:auto}"""
 
 
 def page(results: Results, svg: str) -> str:
@@ -257,6 +259,8 @@ def page(results: Results, svg: str) -> str:
             cells.append(f'<td{" class=bad" if bad else ""}>{text}</td>')
         body.append(f"<tr{cls} data-cell=\"{esc(row['cell'])}\">{''.join(cells)}</tr>")
     svg_body = svg[svg.index("<svg"):]  # drop the XML prolog: the SVG is inline
+    one_run = (f'\n<p class="bad">{esc(ONE_RUN_NOTE)}</p>'
+               if any(r.get("step_noise_only") for r in results.rows) else "")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Sweep {esc(plan.name)}</title>
 <style>{STYLE}</style></head><body>
@@ -264,7 +268,7 @@ def page(results: Results, svg: str) -> str:
 <p>{len(plan.cells)} cells, {plan.repeats} repeat(s) each, swept: {esc(", ".join(plan.keys))}.
 Throughput is the median over the steady-state steps of all repeats; intervals are bootstrap 95%
 (repeats, then steps within repeats, resampled); a speedup is within noise when its interval holds
-1.0. The baseline row is shaded.</p>
+1.0. The baseline row is shaded.</p>{one_run}
 <h2>Environment</h2><table>{env_rows or "<tr><td>no run has finished yet</td></tr>"}</table>
 <h2>Charts</h2>{svg_body}
 <h2>Results</h2><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>
@@ -286,6 +290,8 @@ def print_results(results: Results, paths: list) -> None:
         elif row.get("race", "").startswith("dropped"):
             line += f"  ({row['race']})"
         print(line)
+    if any(r.get("step_noise_only") for r in results.rows):
+        print(f"[sweep] {ONE_RUN_NOTE}")
     print("[sweep] report: " + ", ".join(paths), flush=True)
 
 

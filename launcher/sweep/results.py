@@ -24,12 +24,12 @@ MIB = 2**20
 COLUMNS = (
     "cell", "label", "status", "baseline", "runs_ok", "tokens_per_s_per_gpu",
     "tokens_per_s_per_gpu_ci_low", "tokens_per_s_per_gpu_ci_high", "speedup", "speedup_ci_low",
-    "speedup_ci_high", "within_noise", "tflops_per_gpu", "mfu", "step_time_ms_p50",
+    "speedup_ci_high", "within_noise", "step_noise_only", "tflops_per_gpu", "mfu", "step_time_ms_p50",
     "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib",
     "cuda_graph_captured", "first_group_prefetches", "first_group_issued_in", "first_group_bytes",
     "first_group_allgather_ms", "first_group_wait_ms", "first_group_wait_share",
     "switch_partner", "predicted_saving_ms", "measured_saving_ms", "measured_saving_ms_ci_low",
-    "measured_saving_ms_ci_high", "final_loss", "reason", "log_excerpt", "run_dirs",
+    "measured_saving_ms_ci_high", "measured_saving_step_noise_only", "final_loss", "reason", "log_excerpt", "run_dirs",
 )
 
 
@@ -142,13 +142,23 @@ def peak_mib(ok: List[RunSummary], key: str) -> Optional[float]:
 
 
 def add_speedups(rows: List[dict], samples: dict, baseline: Optional[str]) -> None:
+    """Each measured cell's speedup against the baseline with its interval; `step_noise_only`
+    where either side has fewer than stats.MIN_REPEATS ok runs (stats.step_noise_only)."""
     if baseline not in samples:
         return  # the baseline has no ok run (yet): no speedups
     for row in rows:
         if row["cell"] in samples:
             ratio, low, high, noise = stats.speedup_ci(samples[row["cell"]], samples[baseline])
             row.update(speedup=ratio, speedup_ci_low=low, speedup_ci_high=high,
-                       within_noise=noise)
+                       within_noise=noise,
+                       step_noise_only=stats.step_noise_only(samples[row["cell"]],
+                                                             samples[baseline]))
+
+
+def significant(row: dict) -> bool:
+    """A speedup that counts: its interval excludes 1.0 and both sides ran at least twice."""
+    return row.get("speedup") is not None and not row["within_noise"] \
+        and not row["step_noise_only"]
 
 
 def environment(summary: RunSummary) -> dict:
@@ -200,17 +210,26 @@ HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
            "measured_saving_ms": "measured saving (ms/step) [95% CI]"}
 
 
+STEP_NOISE_ONLY = "step noise only (1 run), not significant"
+ONE_RUN_NOTE = (
+    "A cell with one ok run has an interval that holds step-to-step noise only: run-to-run drift "
+    "(load, clocks, placement) is invisible to it, so none of its differences is marked "
+    "significant. Set sweep.repeats=2 or more to measure it.")
+
+
 def display(row: dict, key: str) -> str:
     """A row's value as the tables and the report show it."""
     if key == "label":
         return row["label"] + (" (baseline)" if row["baseline"] else "")
     if key == "speedup" and row.get("speedup") is not None:
         noise = ", within noise" if row["within_noise"] else ""
+        noise += f", {STEP_NOISE_ONLY}" if row["step_noise_only"] and not row["baseline"] else ""
         return (f"{row['speedup']:.3f} [{row['speedup_ci_low']:.3f}, "
                 f"{row['speedup_ci_high']:.3f}]{noise}")
     if key == "measured_saving_ms" and row.get("measured_saving_ms") is not None:
+        noise = f", {STEP_NOISE_ONLY}" if row["measured_saving_step_noise_only"] else ""
         return (f"{row['measured_saving_ms']:.3g} [{row['measured_saving_ms_ci_low']:.3g}, "
-                f"{row['measured_saving_ms_ci_high']:.3g}] vs {row['switch_partner']}")
+                f"{row['measured_saving_ms_ci_high']:.3g}] vs {row['switch_partner']}{noise}")
     if key == "status" and row.get("cuda_graph_impl", "none") != "none" \
             and row.get("cuda_graph_captured") is False:
         return f"{row['status']} (CUDA graph not captured: ran eagerly)"
@@ -224,6 +243,8 @@ def markdown(results: Results) -> str:
              f"{', '.join(plan.keys) or 'nothing'}. Throughput is the median over steady-state "
              "steps and repeats; speedup is tokens/s/GPU against the baseline, with a bootstrap "
              "95% interval.", ""]
+    if any(r.get("step_noise_only") for r in results.rows):
+        lines += [ONE_RUN_NOTE, ""]
     env = results.environment
     if env:
         lines += ["Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), ""]

@@ -13,6 +13,8 @@ import numpy as np
 
 NUM_RESAMPLES = 2000
 CONFIDENCE = 0.95
+MIN_REPEATS = 2
+"""Fewer repeats than this on either side: the interval holds step noise only."""
 
 
 def pooled(repeats: Sequence[Sequence[float]]) -> np.ndarray:
@@ -55,6 +57,13 @@ def speedup_ci(cell: List[Sequence[float]], baseline: List[Sequence[float]],
     draws = bootstrap_medians(cell, rng) / bootstrap_medians(baseline, rng)
     low, high = interval(draws)
     return ratio, low, high, bool(low <= 1.0 <= high)
+
+
+def step_noise_only(*sides: Sequence[Sequence[float]]) -> bool:
+    """Whether a comparison has fewer than MIN_REPEATS repeats on some side: its bootstrap then
+    resamples only steps of one run, and run-to-run drift (another load, other clocks) lies
+    outside its interval, however narrow. Such a difference is never called significant."""
+    return min(len(side) for side in sides) < MIN_REPEATS
 
 
 def difference_ci(cell: List[Sequence[float]], other: List[Sequence[float]],

@@ -56,7 +56,9 @@ def add_explanations(rows: List[dict], keys: List[str], step_times: Dict[str, li
             row["predicted_saving_ms"] = other["first_group_wait_ms"] - row["first_group_wait_ms"]
         saving, low, high = stats.difference_ci(step_times[other["cell"]], step_times[row["cell"]])
         row.update(measured_saving_ms=saving * MS, measured_saving_ms_ci_low=low * MS,
-                   measured_saving_ms_ci_high=high * MS)
+                   measured_saving_ms_ci_high=high * MS,
+                   measured_saving_step_noise_only=stats.step_noise_only(
+                       step_times[other["cell"]], step_times[row["cell"]]))
 
 
 def partner_by_keys(rows: List[dict], row: dict, keys: List[str]) -> Optional[dict]:

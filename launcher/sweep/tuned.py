@@ -17,7 +17,7 @@ import yaml
 
 from launcher.files import write_text_atomic
 from launcher.sweep.plan import UNMEASURED, bare_key
-from launcher.sweep.results import Results, display
+from launcher.sweep.results import Results, display, significant
 
 # not part of what a run measures: Hydra's own settings, the recipe itself, and UNMEASURED
 SKIPPED = ("hydra.", "recipe", *(f"{section}." for section in UNMEASURED))
@@ -34,10 +34,11 @@ def choose(results: Results) -> tuple:
     baseline = next((r for r in results.rows if r["baseline"]), None)
     if best["baseline"]:
         return best, best, "The baseline is the fastest cell"
-    if baseline is not None and baseline["status"] == "ok" and best.get("within_noise"):
-        return baseline, best, (f"The fastest cell, {best['label']}, is within noise of the "
-                                f"baseline (speedup {display(best, 'speedup')}): the baseline's "
-                                "values are kept")
+    if baseline is not None and baseline["status"] == "ok" and not significant(best):
+        why = "one run on a side" if best["step_noise_only"] else "within noise"
+        return baseline, best, (f"The fastest cell, {best['label']}, is not significantly faster "
+                                f"than the baseline ({why}: speedup {display(best, 'speedup')}): "
+                                "the baseline's values are kept")
     return best, best, f"The fastest cell: speedup {display(best, 'speedup')} against the baseline"
 
 

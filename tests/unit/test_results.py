@@ -6,7 +6,7 @@ import pytest
 
 from launcher import summary as run_summary
 from launcher.run.failures import classify_failure, excerpt
-from launcher.sweep.results import collect, write_tables
+from launcher.sweep.results import collect, display, significant, write_tables
 from launcher.sweep.plan import Cell, Plan
 
 KEYS = ["fsdp.prefetch_first_param_group"]
@@ -113,3 +113,36 @@ def test_failures_are_classified(exitcode, text, status):
 def test_excerpt_keeps_the_last_lines():
     text = "\n".join(f"line {i}" for i in range(20))
     assert excerpt(text, max_lines=3) == "line 17\nline 18\nline 19"
+
+
+def test_one_run_per_cell_is_step_noise_only_and_never_significant(tmp_path, capsys):
+    """The issue's case: one repeat per cell, the load changed between runs; the bootstrap sees
+    only step noise, so a 2x speedup with a narrow interval is shown but not marked significant,
+    in results.md, on the console and in the report."""
+    from launcher.sweep.report import print_results
+
+    cells = [Cell(name, f"prefetch={value}", {KEYS[0]: value}, [], True, "")
+             for name, value in [("base", "true"), ("fast", "false")]]
+    plan = Plan("one", str(tmp_path), KEYS, 1, 0, "base", "one", cells)
+    steps = [100.0, 101.0, 99.0, 100.5, 99.5] * 4
+    write_run(tmp_path, "base", 0, 0, summary(steps))
+    write_run(tmp_path, "fast", 0, 0, summary([t / 2 for t in steps]))
+    results = collect(plan)
+    fast = next(r for r in results.rows if r["cell"] == "fast")
+    assert fast["speedup"] == pytest.approx(2.0, rel=0.01) and not fast["within_noise"]
+    assert fast["step_noise_only"] and not significant(fast)
+    write_tables(results, plan.sweep_dir)
+    markdown = open(f"{plan.sweep_dir}/results.md").read()
+    assert "step noise only (1 run), not significant" in markdown
+    assert "Set sweep.repeats=2 or more" in markdown
+    print_results(results, [])
+    console = capsys.readouterr().out
+    assert "speedup 2.000 [" in console and "step noise only (1 run), not significant" in console
+
+
+def test_two_runs_per_cell_can_be_significant(sweep):
+    """Two ok runs on both sides: significant; a cell with one ok run of two (oomcell) is not."""
+    rows = {r["cell"]: r for r in collect(sweep).rows}
+    assert not rows["fast"]["step_noise_only"] and significant(rows["fast"])
+    assert rows["oomcell"]["step_noise_only"] and not significant(rows["oomcell"])
+    assert "step noise" not in display(rows["fast"], "speedup")
