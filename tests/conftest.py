@@ -45,6 +45,39 @@ def read_run(run_dir):
     return summary, steps
 
 
+def read_hparams(folder) -> tuple:
+    """(hyperparameters, {metric tag: value}) of a TensorBoard run's HParams session, read with
+    TensorBoard's own reader as its HParams dashboard reads them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    content = events.PluginTagToContent(metadata.PLUGIN_NAME)
+    start = metadata.parse_session_start_info_plugin_data(
+        content[metadata.SESSION_START_INFO_TAG])
+    experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
+    hparams = {k: v.string_value if v.HasField("string_value") else v.number_value
+               if v.HasField("number_value") else v.bool_value for k, v in start.hparams.items()}
+    metrics = {m.name.tag: events.Scalars(m.name.tag)[-1].value for m in experiment.metric_infos}
+    return hparams, metrics
+
+
+def read_wandb(run_dir) -> dict:
+    """A run's offline wandb file read back with `wandb leet inspect`: its summary, config and
+    the keys of every history record."""
+    [wandb_file] = Path(run_dir).glob("wandb/offline-run-*/run-*.wandb")
+    wandb = str(Path(sys.executable).parent / "wandb")
+    inspected = subprocess.run([wandb, "leet", "inspect", "--summary", "--json", str(wandb_file)],
+                               capture_output=True, text=True, timeout=120, check=True)
+    records = subprocess.run([wandb, "leet", "inspect", "--json", str(wandb_file)],
+                             capture_output=True, text=True, timeout=120, check=True)
+    run = json.loads(inspected.stdout)
+    run["history_keys"] = {key for line in records.stdout.splitlines() if line.strip()
+                           for key in json.loads(line).get("history", {}).get("item", {})}
+    return run
+
+
 @pytest.fixture(autouse=True)
 def cpu_tiers_see_no_gpu(request, monkeypatch):
     """Every tier but tests/gpu tests the CPU path (gloo, the CPU layer), on any machine: on a GPU

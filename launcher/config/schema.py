@@ -60,6 +60,7 @@ class Config:
                 "inside the step); remove train.inject_nan_at_step or set cuda_graph.impl=none")
         self._check_main_params()
         self._check_experts()
+        self._check_hparams()
         tp = self.parallel.tensor_model_parallel_size
         if self.model.num_attention_heads % tp:
             raise ConfigError(
@@ -73,6 +74,15 @@ class Config:
                 f"model.num_query_groups={groups} must be a multiple or a divisor of "
                 f"parallel.tensor_model_parallel_size={tp} (megatron-core's TransformerConfig); "
                 "pick sizes where one divides the other")
+
+    def _check_hparams(self) -> None:
+        values = as_dict(self)
+        for key in self.logging.tensorboard.hparams:
+            if isinstance(lookup(values, key), (dict, Missing)):
+                raise ConfigError(
+                    f"logging.tensorboard.hparams names {key}, which is not a config value; name "
+                    "values such as fsdp.prefetch_first_param_group (`launch --cfg job` prints "
+                    "every key)")
 
     def _check_experts(self) -> None:
         moe, ep = self.model.moe, self.parallel.expert_model_parallel_size
@@ -213,6 +223,19 @@ def as_dict(section) -> dict:
         return value.value if isinstance(value, Enum) else value
 
     return plain(dataclasses.asdict(section))
+
+
+class Missing:
+    """What `lookup` finds where a dotted key names nothing."""
+
+
+def lookup(values: dict, key: str):
+    """The value at a dotted key of a config's plain data; a Missing where there is none."""
+    for part in key.split("."):
+        if not isinstance(values, dict) or part not in values:
+            return Missing()
+        values = values[part]
+    return values
 
 
 def to_config(composed) -> Config:

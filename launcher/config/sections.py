@@ -185,6 +185,11 @@ class WandbConfig:
             raise ConfigError("logging.wandb.project is empty; give it a name")
 
 
+HPARAMS = ("fsdp.prefetch_first_param_group", "cuda_graph.impl")
+"""The keys a run shows in TensorBoard's HParams dashboard unless told others: the switch and what
+it trades against."""
+
+
 @dataclass
 class TensorboardConfig:
     """TensorBoard, beside wandb: every metric wandb gets, under the same names, from rank 0."""
@@ -197,6 +202,10 @@ class TensorboardConfig:
     name: Optional[str] = None
     """The run's folder under logging.tensorboard.dir, its name in TensorBoard; null: the run
     directory's name (a sweep names each run by its cell and repeat)."""
+    hparams: List[str] = field(default_factory=lambda: list(HPARAMS))
+    """Config keys shown as hyperparameters in TensorBoard's HParams dashboard, against the run's
+    results (tokens/s/GPU, TFLOP/s/GPU, MFU, peak memory, first-group wait: `summary/*`). A sweep
+    adds the keys it sweeps (config groups excepted: their choice is not a config value)."""
 
     def __post_init__(self):
         for key in ("dir", "name"):

@@ -1,13 +1,17 @@
 """A run's outputs as it trains: the metrics.jsonl stream, and its loggers.
 
-A logger has two methods, `log(metrics, step)` and `close(status)` (the run's end: ok, or the
-failure's class as summary.json has it): wandb's, TensorBoard's, the null one, and `Loggers`,
-which hands each call to several. Each takes its settings from its arguments;
+A logger has two methods, `log(metrics, step)` and `close(status, results, step)` (the run's end:
+ok, or the failure's class as summary.json has it, and the run's results, its summary's metrics,
+where it got that far): wandb's, TensorBoard's, the null one, and `Loggers`, which hands each call
+to several. The results go where each dashboard compares runs, not into its per-step series:
+wandb's run summary (its runs table and parallel-coordinates panels; the swept keys are in the
+run's config), TensorBoard's HParams dashboard. Each takes its settings from its arguments;
 none reads the environment (wandb itself reads the WANDB_* variables its logger sets).
 """
 
 import json
 import os
+from typing import Optional
 
 from launcher.files import unwritable, write_text_atomic
 
@@ -18,7 +22,7 @@ class NullLogger:
     def log(self, metrics: dict, step: int) -> None:
         pass
 
-    def close(self, status: str = "ok") -> None:
+    def close(self, status: str = "ok", results: Optional[dict] = None, step: int = 0) -> None:
         pass
 
 
@@ -32,19 +36,21 @@ class Loggers:
         for logger in self._loggers:
             logger.log(metrics, step)
 
-    def close(self, status: str = "ok") -> None:
+    def close(self, status: str = "ok", results: Optional[dict] = None, step: int = 0) -> None:
         for logger in self._loggers:
-            logger.close(status)
+            logger.close(status, results, step)
 
 
 class TensorboardLogger:
     """Rank 0's TensorBoard run: torch's SummaryWriter in `folder`; the resolved config as text
-    (tag `config`), then a scalar per metric and logged step, under wandb's names."""
+    (tag `config`), then a scalar per metric and logged step, under wandb's names; at the end the
+    `hparams` (config key -> value) against the results, for the HParams dashboard."""
 
-    def __init__(self, folder: str, config: dict):
+    def __init__(self, folder: str, config: dict, hparams: dict):
         from omegaconf import OmegaConf
         from torch.utils.tensorboard import SummaryWriter
 
+        self._hparams = hparams
         self._writer = SummaryWriter(log_dir=folder)
         text = OmegaConf.to_yaml(OmegaConf.create(config))
         self._writer.add_text("config", "    " + text.replace("\n", "\n    "))  # markdown code
@@ -53,12 +59,36 @@ class TensorboardLogger:
 
     def log(self, metrics: dict, step: int) -> None:
         for key, value in metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if number(value):
                 self._writer.add_scalar(key, value, step)
 
-    def close(self, status: str = "ok") -> None:
+    def close(self, status: str = "ok", results: Optional[dict] = None, step: int = 0) -> None:
+        """The HParams session (what SummaryWriter.add_hparams writes, here into this run's own
+        event file rather than a sub-run): the hyperparameters, then each numeric result as a
+        `summary/*` scalar at the last step, the metrics the dashboard reads."""
+        from torch.utils.tensorboard.summary import hparams
+
+        metrics = {f"summary/{k}": v for k, v in (results or {}).items() if number(v)}
+        for proto in hparams(self._hparams, metrics):
+            self._writer.file_writer.add_summary(proto, step)
+        for key, value in metrics.items():
+            self._writer.add_scalar(key, value, step)
         self._writer.add_text("summary/status", status)
         self._writer.close()
+
+
+def number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def hparam_values(config: dict, keys: list) -> dict:
+    """The HParams dashboard's values of `keys` (dotted) in the run's config: numbers, booleans
+    and text as they are, null as "null" (the dashboard drops a None)."""
+    from launcher.config.schema import lookup
+
+    values = {key: lookup(config, key) for key in keys}
+    return {k: "null" if v is None else v if isinstance(v, (bool, int, float, str)) else str(v)
+            for k, v in values.items()}
 
 
 class WandbLogger:
@@ -89,7 +119,11 @@ class WandbLogger:
     def log_table(self, key: str, columns: list, rows: list) -> None:
         self._run.log({key: self._wandb.Table(columns=columns, data=rows)})
 
-    def close(self, status: str = "ok") -> None:
+    def close(self, status: str = "ok", results: Optional[dict] = None, step: int = 0) -> None:
+        """The results into the run's summary (not its history: one-point charts), then the
+        status."""
+        self._run.summary.update({f"summary/{k}": v for k, v in (results or {}).items()
+                                  if v is not None})
         self._run.summary["summary/status"] = status
         self._run.finish(exit_code=0 if status == "ok" else 1)  # wandb marks the run failed
 

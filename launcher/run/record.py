@@ -19,7 +19,7 @@ import torch
 from launcher.config import Config, ModelConfig, TrainConfig, WandbMode
 from launcher.run import metrics
 from launcher.run.outputs import (
-    Loggers, MetricsFile, NullLogger, TensorboardLogger, WandbLogger,
+    Loggers, MetricsFile, NullLogger, TensorboardLogger, WandbLogger, hparam_values,
 )
 from launcher.summary import RunMetrics, RunSummary
 
@@ -96,15 +96,13 @@ class Dashboards:
         self.logger.log(logged, step=step)
 
     def close(self, status: str, last_step: int, summary: Optional[RunSummary]) -> None:
-        """The summary's metrics (if the run got that far) and the status logged at the last
-        step, then metrics.jsonl and every logger closed."""
+        """metrics.jsonl closed, then every logger, with the status and the summary's metrics (if
+        the run got that far) as the results of the last step."""
         if self.jsonl is None:
             return
         self.jsonl.close()
-        result = dataclasses.asdict(summary.metrics) if summary else {}
-        self.logger.log({f"summary/{k}": v for k, v in result.items() if v is not None},
-                        last_step)
-        self.logger.close(status)
+        self.logger.close(status, dataclasses.asdict(summary.metrics) if summary else {},
+                          last_step)
 
 
 def loggers(logging, run_dir: str, config: dict):
@@ -116,7 +114,8 @@ def loggers(logging, run_dir: str, config: dict):
     if logging.tensorboard.enabled:
         folder = os.path.join(logging.tensorboard.dir or os.path.join(run_dir, "tb"),
                               logging.tensorboard.name or os.path.basename(run_dir))
-        chosen.append(TensorboardLogger(folder, config))
+        chosen.append(TensorboardLogger(folder, config,
+                                        hparam_values(config, logging.tensorboard.hparams)))
     return Loggers(chosen) if chosen else NullLogger()
 
 

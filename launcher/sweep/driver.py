@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import ConfigError
 from launcher.sweep.plan import (
-    Plan, SweepError, build_plan, has_ok_run, run_dir, schedule,
+    Plan, SweepError, bare_key, build_plan, has_ok_run, run_dir, schedule,
 )
 from launcher.sweep import submit
 from launcher.sweep.race import replay
@@ -36,7 +36,16 @@ def job_overrides(plan: Plan, master: DictConfig, cell, repeat: int, attempt: in
             f"logging.wandb.group={quote(plan.wandb_group)}",
             f"logging.wandb.name={quote(run_name(cell.label, repeat, attempt))}",
             f"logging.tensorboard.name={quote(run_name(cell.label, repeat, attempt))}",
-            "logging.wandb.tags=[" + ",".join(quote(t[:64]) for t in tags) + "]"]  # wandb's limit
+            "logging.wandb.tags=[" + ",".join(quote(t[:64]) for t in tags) + "]",  # wandb's limit
+            "logging.tensorboard.hparams=[" + ",".join(hparams(plan, master)) + "]"]
+
+
+def hparams(plan: Plan, master: DictConfig) -> List[str]:
+    """TensorBoard's HParams keys of every job: the sweep's own (logging.tensorboard.hparams),
+    then each swept key that is a config value (a config group's choice is not one)."""
+    swept = [bare_key(k) for k in plan.keys
+             if not isinstance(OmegaConf.select(master, bare_key(k)), DictConfig)]
+    return list(dict.fromkeys([*master.logging.tensorboard.hparams, *swept]))
 
 
 def run_name(label: str, repeat: int, attempt: int) -> str:

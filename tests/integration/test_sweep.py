@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import readme_commands
+from conftest import read_hparams, readme_commands
 
 pytestmark = pytest.mark.integration
 
@@ -60,10 +60,15 @@ def test_tensorboard_runs_sit_in_their_cell_folders_named_by_cell_and_repeat(swe
                 if r["status"] == "ok" for repeat in (0, 1)}
     found = {(p.parents[3].name, p.name) for p in sweep_dir.glob("*/repeat*/attempt0/tb/*")}
     assert found == expected and len(found) == 6
-    for cell, name in found:  # event files that TensorBoard reads
+    labels = {r["cell"]: key for key, r in rows.items()}
+    for cell, name in found:  # each run in TensorBoard's HParams dashboard, with its cell's values
         repeat = name.split("#")[1]
-        assert list((sweep_dir / cell / f"repeat{repeat}" / "attempt0" / "tb" / name).glob(
-            "events.out.tfevents.*"))
+        hparams, metrics = read_hparams(sweep_dir / cell / f"repeat{repeat}" / "attempt0" / "tb" /
+                                        name)
+        switch, impl = labels[cell]
+        assert hparams == {"fsdp.prefetch_first_param_group": float(switch == "true"),
+                           "cuda_graph.impl": impl}
+        assert metrics["summary/tokens_per_s_per_gpu"] > 0
 
 
 def test_preflight_lists_every_cell_and_the_refused_one_with_its_reason(sweep):
@@ -181,8 +186,8 @@ def test_a_cell_refused_at_run_time_does_not_stop_the_others(tmp_path):
     env = dict(os.environ, WANDB_SILENT="true", HOME=str(tmp_path / "home"))
     proc = subprocess.run([str(BIN / "launch"), "-m", "+recipe=tiny_cpu", "train.steps=4",
                            "runtime.device=cuda,cpu", "logging.wandb.mode=disabled",
-                           f"hydra.sweep.dir={sweep_dir}"], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=tmp_path)
+                           "logging.tensorboard.enabled=true", f"hydra.sweep.dir={sweep_dir}"],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(sweep_dir / "results.csv") as f:
         rows = {r["runtime.device"]: r for r in csv.DictReader(f)}
@@ -190,6 +195,10 @@ def test_a_cell_refused_at_run_time_does_not_stop_the_others(tmp_path):
     assert rows["cuda"]["reason"] == ("runtime.device=cuda but no CUDA device is visible; "
                                       "set runtime.device=cpu or auto")
     assert rows["cpu"]["status"] == "ok" and rows["cpu"]["baseline"] == "True"
+    # the swept key joins the HParams dashboard's columns
+    [tb] = sweep_dir.glob(f"{rows['cpu']['cell']}/repeat0/attempt0/tb/*")
+    assert read_hparams(tb)[0] == {"fsdp.prefetch_first_param_group": 1.0,
+                                   "cuda_graph.impl": "none", "runtime.device": "cpu"}
 
 
 def test_shrunk_gpt_recipe_sweeps_in_bf16_with_its_graph_cell_through_the_wrapper(tmp_path):

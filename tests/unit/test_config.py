@@ -105,6 +105,10 @@ RULES = [
     (["logging.wandb.project=''"], r"logging.wandb.project is empty; give it a name"),
     (["logging.tensorboard.dir=''"], r"set logging.tensorboard.dir=null for its default"),
     (["logging.tensorboard.name=''"], r"set logging.tensorboard.name=null for its default"),
+    (["logging.tensorboard.hparams=[fsdp.prefetch]"],
+     r"logging.tensorboard.hparams names fsdp.prefetch, which is not a config value"),
+    (["logging.tensorboard.hparams=[fsdp]"],
+     r"logging.tensorboard.hparams names fsdp, which is not a config value"),
 ]
 
 WORLD_RULES = [
