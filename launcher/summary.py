@@ -75,6 +75,15 @@ class RunSummary:
     resumed_from: Optional[str] = None
     checkpoints: List[str] = field(default_factory=list)
 
+    @property
+    def peak_memory_bytes(self) -> Optional[int]:
+        """The memory a sweep weighs throughput against: the CUDA allocator's peak reserved bytes
+        (what the device gives the process, a graph's pool included) on a GPU, the process's max
+        RSS on a CPU."""
+        m = self.metrics
+        return m.peak_memory_reserved_bytes if m.peak_memory_reserved_bytes is not None \
+            else m.peak_rss_bytes
+
     def throughput_samples(self) -> List[float]:
         """tokens/s/GPU of each steady-state step: what a sweep's statistics draw from."""
         return [self.tokens_per_step / t / self.world_size for t in self.steady_state_step_times_s]

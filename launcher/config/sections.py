@@ -294,6 +294,10 @@ class SweepConfig:
     SWEEP_DIR/recipe/tuned.yaml (launcher.sweep.tuned)."""
     min_repeats: int = 2
     """Rounds every cell runs before the race may drop one (with sweep.tune=true)."""
+    memory_limit_gib: Optional[float] = None
+    """With sweep.tune=true: the race drops every cell whose measured peak memory (reserved by
+    the CUDA allocator on a GPU, the process's max RSS on a CPU; rank 0's) is above this many
+    GiB, after its first run; null: no limit."""
     pending_limit_min: float = 60
     """With a Slurm launcher: minutes a job may pend (its Slurm reason printed every minute)
     before the sweep cancels it as `cancelled` and goes on; a busy cluster may need more."""
@@ -304,6 +308,13 @@ class SweepConfig:
         if not self.pending_limit_min > 0:
             raise ConfigError(f"sweep.pending_limit_min={self.pending_limit_min} must be more "
                               "than 0; set it to the minutes a Slurm job may wait in the queue")
+        if self.memory_limit_gib is not None and not self.memory_limit_gib > 0:
+            raise ConfigError(f"sweep.memory_limit_gib={self.memory_limit_gib} must be more than "
+                              "0; set it to the GiB a cell may use, or null for no limit")
+        if self.memory_limit_gib is not None and not self.tune:
+            raise ConfigError(f"sweep.memory_limit_gib={self.memory_limit_gib} drops cells from "
+                              "the tuner's race, and this sweep does not race; set "
+                              "sweep.tune=true, or remove sweep.memory_limit_gib")
         if self.tune and self.min_repeats > self.repeats:
             raise ConfigError(
                 f"sweep.min_repeats={self.min_repeats} exceeds sweep.repeats={self.repeats}, so "

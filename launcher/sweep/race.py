@@ -2,10 +2,12 @@
 sweep.min_repeats on stop running every cell whose throughput interval lies wholly below the best
 cell's, on the same two-level bootstrap the report uses (launcher.sweep.stats).
 
-The race ends when one cell is left, when the cells left are all within noise of the best (each
-one's speedup interval against it holds 1.0), or after sweep.repeats rounds. Its state is never
-stored: `replay` recomputes it from the runs on disk, round by round, so a resumed sweep continues
-the race where it stopped, the report shows the same drops, and a finished repeat never reruns.
+With sweep.memory_limit_gib, a cell whose run's peak memory (RunSummary.peak_memory_bytes) is
+above the limit leaves the race after that run's round. The race ends when one cell is left, when
+the cells left are all within noise of the best (each one's speedup interval against it holds
+1.0), or after sweep.repeats rounds. Its state is never stored: `replay` recomputes it from the
+runs on disk, round by round, so a resumed sweep continues the race where it stopped, the report
+shows the same drops, and a finished repeat never reruns.
 A cell whose run in a round failed leaves the race (its row says why); it is not retried.
 """
 
@@ -15,8 +17,10 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from launcher.sweep import stats
-from launcher.summary import read as read_summary
+from launcher.summary import RunSummary, read as read_summary
 from launcher.sweep.plan import Plan, attempts
+
+GIB = 2**30
 
 
 @dataclass
@@ -88,8 +92,10 @@ def replay(plan: Plan) -> Race:
             if isinstance(result, str):
                 race.dropped[cell] = Drop(round_, f"left the race in round {round_}: its run "
                                                   f"ended {result}")
+            elif too_big := over_limit(result, plan.memory_limit_gib):
+                race.dropped[cell] = Drop(round_, too_big.format(round=round_))
             else:
-                runs[cell].append(result)
+                runs[cell].append(np.asarray(result.throughput_samples()))
         race.alive = [c for c in race.alive if c not in race.dropped]
         race.rounds_done = round_
         if not race.alive:
@@ -104,13 +110,22 @@ def replay(plan: Plan) -> Race:
     return race
 
 
+def over_limit(summary: RunSummary, limit_gib: Optional[float]) -> str:
+    """Why a run's cell leaves the race for its memory ({round} left to fill); "" if it fits."""
+    peak = summary.peak_memory_bytes
+    if limit_gib is None or peak is None or peak <= limit_gib * GIB:
+        return ""
+    return (f"dropped after round {{round}}: its peak memory {peak / GIB:.3g} GiB is above "
+            f"sweep.memory_limit_gib={limit_gib:g}")
+
+
 def repeat_outcome(plan: Plan, cell: str, repeat: int):
-    """A repeat's tokens/s/GPU per steady-state step when it ran ok; its status when it ended
-    otherwise; None when it has not run."""
+    """A repeat's summary when it ran ok; its status when it ended otherwise; None when it has
+    not run."""
     summaries = [read_summary(d) for d in attempts(plan.sweep_dir, cell, repeat)]
     ok = [s for s in summaries if s and s.status == "ok"]
     if ok:
-        return np.asarray(ok[0].throughput_samples())
+        return ok[0]
     ended = [s for s in summaries if s]
     return ended[-1].status if ended else None
 

@@ -3,9 +3,9 @@
 Written at the end of every sweep, and on demand by `launch-report SWEEP_DIR` (which also works on
 an interrupted sweep). The charts: tokens/s/GPU per cell with 95% intervals (grouped by the second
 swept key when there are two, as prefetch x CUDA-graph grids are), speedup against the baseline,
-step-time distributions, peak memory, the first parameter group's all-gather per cell, and per
-pair of cells differing only in the switch, its predicted against its measured saving
-(launcher.sweep.switch). Text stays text in the SVG, so the page is searchable.
+step-time distributions, peak memory, the first parameter group's all-gather per cell, per
+pair of cells differing only in the switch its predicted against its measured saving
+(launcher.sweep.switch), and throughput against peak memory with the front marked. Text stays text in the SVG, so the page is searchable.
 """
 
 import html
@@ -42,7 +42,7 @@ def draw(results: Results):
     matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as <text>
     from matplotlib import pyplot as plt
 
-    figure, axes = plt.subplots(3, 2, figsize=(15, 15), constrained_layout=True)
+    figure, axes = plt.subplots(4, 2, figsize=(15, 20), constrained_layout=True)
     env = results.environment
     where = f"{env.get('device', '?')} x{env.get('world_size', '?')}" if env else "no run yet"
     figure.suptitle(f"Sweep {results.plan.name}: {where}, "
@@ -53,6 +53,8 @@ def draw(results: Results):
     draw_memory(axes[1][1], results)
     draw_first_group(axes[2][0], results)
     draw_savings(axes[2][1], results)
+    draw_memory_throughput(axes[3][0], results)
+    axes[3][1].axis("off")
     return figure
 
 
@@ -185,6 +187,41 @@ def draw_memory(ax, results: Results) -> None:
     ax.legend(fontsize=8, loc="lower right")
     ax.invert_yaxis()  # top to bottom in table order
     ax.grid(axis="x", alpha=0.3)
+
+
+def draw_memory_throughput(ax, results: Results) -> None:
+    """Throughput against peak memory, a point per cell with its 95% interval; the front (no cell
+    at least as fast with less memory) joined and labelled; sweep.memory_limit_gib as a line."""
+    rows = sorted(measured(results), key=lambda r: r["peak_memory_mib"])
+    cuda = any(r.get("peak_reserved_mib") is not None for r in rows)
+    for row in rows:
+        value = row["tokens_per_s_per_gpu"]
+        err = [[value - row["tokens_per_s_per_gpu_ci_low"]],
+               [row["tokens_per_s_per_gpu_ci_high"] - value]]
+        ax.errorbar(row["peak_memory_mib"] / 1024, value, yerr=err, fmt="o", capsize=5,
+                    color=BASE_COLOR if row["baseline"] else OK_COLOR,
+                    markerfacecolor=OK_COLOR if row["pareto"] else "white")
+        ax.annotate(row["label"] + (" (baseline)" if row["baseline"] else ""),
+                    (row["peak_memory_mib"] / 1024, value), xytext=(6, 4),
+                    textcoords="offset points", fontsize=8)
+    front = [r for r in rows if r["pareto"]]
+    if front:
+        ax.step([r["peak_memory_mib"] / 1024 for r in front],
+                [r["tokens_per_s_per_gpu"] for r in front], where="post", color=OK_COLOR,
+                alpha=0.5, label="front: no cell faster with less memory (filled)")
+    limit = results.plan.memory_limit_gib
+    if limit is not None:
+        ax.axvline(limit, color=FAIL_COLOR, linestyle="--",
+                   label=f"sweep.memory_limit_gib={limit:g}")
+    ax.set_xlabel("peak memory (GiB): " + ("reserved by the CUDA allocator" if cuda
+                                           else "process max RSS (CPU)") + ", rank 0")
+    ax.set_ylabel("tokens/s/GPU (median, 95% CI)")
+    ax.set_title("Throughput against peak memory")
+    ax.grid(alpha=0.3)
+    if rows:
+        ax.legend(fontsize=8, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "no cell was measured", transform=ax.transAxes, ha="center")
 
 
 def draw_first_group(ax, results: Results) -> None:

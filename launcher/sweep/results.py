@@ -26,7 +26,7 @@ COLUMNS = (
     "tokens_per_s_per_gpu_ci_low", "tokens_per_s_per_gpu_ci_high", "speedup", "speedup_ci_low",
     "speedup_ci_high", "within_noise", "step_noise_only", "tflops_per_gpu", "mfu", "step_time_ms_p50",
     "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib",
-    "cuda_graph_captured", "first_group_prefetches", "first_group_issued_in", "first_group_bytes",
+    "peak_memory_mib", "pareto", "cuda_graph_captured", "first_group_prefetches", "first_group_issued_in", "first_group_bytes",
     "first_group_allgather_ms", "first_group_wait_ms", "first_group_wait_share",
     "switch_partner", "predicted_saving_ms", "measured_saving_ms", "measured_saving_ms_ci_low",
     "measured_saving_ms_ci_high", "measured_saving_step_noise_only", "final_loss", "reason", "log_excerpt", "run_dirs",
@@ -99,6 +99,7 @@ def collect(plan: Plan) -> Results:
             results.step_times_ms[cell.id] = [1e3 * t for run in step_times[cell.id] for t in run]
             results.environment = results.environment or environment(ok[0])
     add_speedups(results.rows, samples, plan.baseline)
+    mark_pareto(results.rows)
     add_explanations(results.rows, plan.keys, step_times)
     return results
 
@@ -126,6 +127,7 @@ def cell_metrics(ok: List[RunSummary], samples: List[np.ndarray]) -> dict:
         **{f"peak_{name}_mib": peak_mib(ok, f"peak_{key}_bytes")
            for name, key in (("allocated", "memory_allocated"), ("reserved", "memory_reserved"),
                              ("rss", "rss"))},
+        "peak_memory_mib": max(s.peak_memory_bytes for s in ok) / MIB,
         "cuda_graph_captured": all(s.metrics.cuda_graph_captured for s in ok),
         "cuda_graph_impl": first.config["cuda_graph"]["impl"],
         "first_group_prefetches": first.metrics.first_group_prefetches,
@@ -139,6 +141,18 @@ def peak_mib(ok: List[RunSummary], key: str) -> Optional[float]:
     allocator)."""
     values = [getattr(s.metrics, key) for s in ok if getattr(s.metrics, key) is not None]
     return max(values) / MIB if values else None
+
+
+def mark_pareto(rows: List[dict]) -> None:
+    """`pareto` on each measured row: whether no other cell is at least as fast with at most its
+    peak memory, and better in one of the two (the throughput-memory front)."""
+    measured = [r for r in rows if r.get("tokens_per_s_per_gpu") is not None]
+    for row in measured:
+        tps, mem = row["tokens_per_s_per_gpu"], row["peak_memory_mib"]
+        row["pareto"] = not any(
+            o["tokens_per_s_per_gpu"] >= tps and o["peak_memory_mib"] <= mem
+            and (o["tokens_per_s_per_gpu"] > tps or o["peak_memory_mib"] < mem)
+            for o in measured)
 
 
 def add_speedups(rows: List[dict], samples: dict, baseline: Optional[str]) -> None:
@@ -191,8 +205,11 @@ def write_tables(results: Results, folder: str) -> None:
 
 SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "tflops_per_gpu", "mfu",
          "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib",
-         "peak_rss_mib", "first_group_issued_in", "first_group_wait_ms", "first_group_wait_share",
-         "predicted_saving_ms", "measured_saving_ms", "runs_ok", "race", "reason")
+         "peak_rss_mib", "pareto", "first_group_issued_in", "first_group_wait_ms",
+         "first_group_wait_share", "predicted_saving_ms", "measured_saving_ms", "runs_ok", "race",
+         "reason")
+
+
 def shown(results: Results) -> tuple:
     """The columns the printed tables show: SHOWN, the race's only in a tuning sweep."""
     return tuple(k for k in SHOWN if k != "race" or results.race)
@@ -202,7 +219,8 @@ HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
            "speedup": "speedup vs baseline [95% CI]", "tflops_per_gpu": "TFLOP/s/GPU",
            "step_time_ms_p50": "step p50 (ms)", "step_time_ms_p90": "step p90 (ms)",
            "peak_allocated_mib": "peak allocated (MiB)", "peak_reserved_mib": "peak reserved (MiB)",
-           "peak_rss_mib": "peak RSS (MiB)", "runs_ok": "runs ok",
+           "peak_rss_mib": "peak RSS (MiB)", "pareto": "throughput-memory front",
+           "runs_ok": "runs ok",
            "first_group_issued_in": "first group issued in",
            "first_group_wait_ms": "first-group wait (ms)",
            "first_group_wait_share": "wait share of step",

@@ -53,6 +53,9 @@ def recipe_text(results: Results, base: Optional[str], groups: List[str]) -> Opt
              f"{env.get('megatron_core_version')}, torch {env.get('torch_version')}.",
              f"# Chosen: {chosen['label']}. {why}.",
              f"# The race: {results.race.ended if results.race else 'every repeat ran'}.",
+             *([f"# Memory limit: sweep.memory_limit_gib={plan.memory_limit_gib:g} (peak "
+                "reserved on a GPU, max RSS on a CPU); cells above it left the race."]
+               if plan.memory_limit_gib is not None else []),
              "# Runs per cell (tokens/s/GPU median, speedup against the baseline [95% CI]):"]
     for row in results.rows:
         note = row.get("race") if row.get("race", "").startswith(("dropped", "left")) else ""

@@ -143,6 +143,7 @@ def test_report_renders_in_a_real_browser(sweep, tmp_path):
         assert row["label"] in dom
     assert dom.count("<svg") >= 1 and "tokens/s/GPU (median, 95% CI)" in dom  # axis labels
     assert "Step-time distribution per cell" in dom and "Peak memory per cell" in dom
+    assert "Throughput against peak memory" in dom
 
 
 def test_same_command_again_runs_nothing_and_overwrites_no_run(sweep):

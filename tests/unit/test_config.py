@@ -105,6 +105,11 @@ RULES = [
     (["logging.wandb.project=''"], r"logging.wandb.project is empty; give it a name"),
     (["logging.tensorboard.dir=''"], r"set logging.tensorboard.dir=null for its default"),
     (["logging.tensorboard.name=''"], r"set logging.tensorboard.name=null for its default"),
+    (["sweep.memory_limit_gib=0", "sweep.tune=true"],
+     r"sweep.memory_limit_gib=0.0 must be more than 0; set it to the GiB a cell may use"),
+    (["sweep.memory_limit_gib=40"],
+     r"sweep.memory_limit_gib=40.0 drops cells from the tuner's race, and this sweep does not "
+     r"race; set sweep.tune=true"),
     (["logging.tensorboard.hparams=[fsdp.prefetch]"],
      r"logging.tensorboard.hparams names fsdp.prefetch, which is not a config value"),
     (["logging.tensorboard.hparams=[fsdp]"],

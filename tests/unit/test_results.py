@@ -12,14 +12,14 @@ from launcher.sweep.plan import Cell, Plan
 KEYS = ["fsdp.prefetch_first_param_group"]
 
 
-def summary(step_ms, status="ok"):
+def summary(step_ms, status="ok", reserved_mib=4):
     """A run's result, hand-built as the typed value its rank returns (launcher.summary)."""
     if status != "ok":
         return run_summary.RunFailure(status=status, message=f"{status} happened",
                                       log_excerpt="last lines")
     return run_summary.RunSummary(
         metrics=run_summary.RunMetrics(peak_memory_allocated_bytes=3 * 2**20,
-                                       peak_memory_reserved_bytes=4 * 2**20,
+                                       peak_memory_reserved_bytes=reserved_mib * 2**20,
                                        peak_rss_bytes=2**30, first_group_prefetches=5,
                                        final_loss=2.0),
         config={"cuda_graph": {"impl": "none"}, "train": {"precision": "fp32"}},
@@ -146,3 +146,47 @@ def test_two_runs_per_cell_can_be_significant(sweep):
     assert not rows["fast"]["step_noise_only"] and significant(rows["fast"])
     assert rows["oomcell"]["step_noise_only"] and not significant(rows["oomcell"])
     assert "step noise" not in display(rows["fast"], "speedup")
+
+
+STEPS = [100.0, 101.0, 99.0, 100.5, 99.5] * 4
+
+
+def test_the_throughput_memory_front(tmp_path):
+    """A cell on the front: no other is at least as fast with at most its memory. `big` is
+    fastest (on it), `small` uses least (on it), `worse` is slower than `small` with more memory."""
+    cells = [Cell(name, name, {KEYS[0]: name}, [], True, "") for name in ("small", "big", "worse")]
+    plan = Plan("front", str(tmp_path), KEYS, 2, 0, "small", "front", cells)
+    for repeat in range(2):
+        write_run(tmp_path, "small", repeat, 0, summary(STEPS, reserved_mib=1024))
+        write_run(tmp_path, "big", repeat, 0, summary([t / 2 for t in STEPS], reserved_mib=4096))
+        write_run(tmp_path, "worse", repeat, 0, summary([t * 2 for t in STEPS],
+                                                        reserved_mib=2048))
+    rows = {r["cell"]: r for r in collect(plan).rows}
+    assert {c: r["pareto"] for c, r in rows.items()} == {"small": True, "big": True,
+                                                        "worse": False}
+    assert rows["big"]["peak_memory_mib"] == 4096  # reserved on a GPU
+
+
+def test_the_tuner_drops_cells_above_the_memory_limit_and_says_so(tmp_path):
+    """sweep.memory_limit_gib=2: the fastest cell reserved 4 GiB, so it leaves the race after
+    its first run; the tuned recipe keeps the cell that fits and states the limit."""
+    from launcher.sweep import tuned
+
+    cells = [Cell(name, name, {KEYS[0]: name}, [f"{KEYS[0]}={name}"], True, "")
+             for name in ("fits", "big")]
+    plan = Plan("cap", str(tmp_path), KEYS, 2, 0, "fits", "cap", cells, tune=True,
+                min_repeats=2, memory_limit_gib=2)
+    for repeat in range(2):
+        write_run(tmp_path, "fits", repeat, 0, summary(STEPS, reserved_mib=1024))
+    write_run(tmp_path, "big", 0, 0, summary([t / 2 for t in STEPS], reserved_mib=4096))
+    results = collect(plan)
+    assert results.race.dropped["big"].reason == (
+        "dropped after round 1: its peak memory 4 GiB is above sweep.memory_limit_gib=2")
+    assert results.race.ended == "one cell left after round 1"
+    rows = {r["cell"]: r for r in results.rows}
+    assert rows["big"]["runs_ok"] == "1/1" and rows["big"]["pareto"]  # measured, shown
+    text = tuned.recipe_text(results, "tiny_cpu", [])
+    assert "# Chosen: fits." in text and "big: 1/1 runs ok" in text
+    assert "# Memory limit: sweep.memory_limit_gib=2 (peak reserved on a GPU, max RSS on a " \
+           "CPU); cells above it left the race." in text
+    assert "prefetch_first_param_group: fits" in text
