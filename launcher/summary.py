@@ -46,6 +46,22 @@ class RunMetrics:
 
 
 @dataclass
+class ProfileResult:
+    """The profiling window of a run (config section `profile`; launcher.run.profile)."""
+
+    kind: str
+    steps: List[int]
+    """The window's steps this run profiled (left out of its throughput)."""
+    files: List[str] = field(default_factory=list)
+    """What the window wrote, relative to the run directory: a Chrome trace per profiled rank
+    (torch), memory snapshots (profile.memory)."""
+    breakdown_ms: Optional[dict] = None
+    """torch, rank 0 profiled: per part of the step, the median over the window's steps of its
+    time (ms): `step`, `forward_backward` (a graph replay counted there), `optimizer`,
+    `first_group.wait`; GPU time where the trace has the range on the GPU, else host time."""
+
+
+@dataclass
 class RunSummary:
     """A run that finished: where and how it ran, its steps, and its metrics."""
 
@@ -74,6 +90,7 @@ class RunSummary:
     num_parameters: Optional[int] = None
     resumed_from: Optional[str] = None
     checkpoints: List[str] = field(default_factory=list)
+    profile: Optional[ProfileResult] = None
 
     @property
     def peak_memory_bytes(self) -> Optional[int]:
@@ -124,7 +141,8 @@ def read(folder: str) -> Optional[Result]:
     if data.get("status") != "ok":
         return RunFailure(**_known(RunFailure, data))
     metrics = RunMetrics(**_known(RunMetrics, data.get("metrics", {})))
-    return RunSummary(**{**_known(RunSummary, data), "metrics": metrics})
+    profile = data.get("profile") and ProfileResult(**_known(ProfileResult, data["profile"]))
+    return RunSummary(**{**_known(RunSummary, data), "metrics": metrics, "profile": profile})
 
 
 def _known(kind, data: dict) -> dict:

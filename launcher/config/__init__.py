@@ -11,8 +11,9 @@ torch, no megatron, nothing from launcher's other stages. Every other stage impo
 
 from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
     Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, FsdpDtype, LayerSpec,
-    LrSchedule, Normalization, OuterSharding, PositionEmbedding, Precision, RecomputeGranularity,
-    RecomputeMethod, RecomputeModule, RouterScore, ShardingStrategy, TokenDispatcher, WandbMode,
+    LrSchedule, Normalization, OuterSharding, PositionEmbedding, Precision, ProfileKind,
+    RecomputeGranularity, RecomputeMethod, RecomputeModule, RouterScore, ShardingStrategy,
+    TokenDispatcher, WandbMode,
 )
 from launcher.config.schema import (  # noqa: F401
     LAUNCH_WORLD, Config, as_dict, check_steady_state, check_world_size, no_steady_state, to_config,
@@ -20,6 +21,7 @@ from launcher.config.schema import (  # noqa: F401
 )
 from launcher.config.error import ConfigError  # noqa: F401
 from launcher.config.layers import MoeConfig, RecomputeConfig  # noqa: F401
+from launcher.config.profile import ProfileConfig  # noqa: F401
 from launcher.config.model import (  # noqa: F401
     CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig,
 )

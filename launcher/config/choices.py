@@ -119,3 +119,9 @@ class Device(str, Enum):
     auto = "auto"
     cpu = "cpu"
     cuda = "cuda"
+
+
+class ProfileKind(str, Enum):
+    none = "none"
+    torch = "torch"
+    nsys = "nsys"

@@ -13,6 +13,7 @@ from enum import Enum
 from launcher.config.choices import CudaGraphImpl, DataKind, FsdpDtype, Precision
 from launcher.config.error import ConfigError
 from launcher.config.model import CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig
+from launcher.config.profile import ProfileConfig
 from launcher.config.sections import (
     DataConfig, LoggingConfig, RuntimeConfig, SweepConfig, TrainConfig,
 )
@@ -31,6 +32,7 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
     def __post_init__(self):
         if self.fsdp.prefetch_first_param_group and (
@@ -61,6 +63,7 @@ class Config:
         self._check_main_params()
         self._check_experts()
         self._check_hparams()
+        self._check_profile_window()
         tp = self.parallel.tensor_model_parallel_size
         if self.model.num_attention_heads % tp:
             raise ConfigError(
@@ -74,6 +77,29 @@ class Config:
                 f"model.num_query_groups={groups} must be a multiple or a divisor of "
                 f"parallel.tensor_model_parallel_size={tp} (megatron-core's TransformerConfig); "
                 "pick sizes where one divides the other")
+
+    def _check_profile_window(self) -> None:
+        if not self.profile.enabled:
+            return
+        first, last = self.profile_window
+        if self.profile.steps is None and first > last:
+            raise ConfigError(
+                f"profile={self.profile.kind.value} profiles the first two steady-state steps "
+                f"unless profile.steps says otherwise, and {no_steady_state(self)}, or set "
+                "profile.steps")
+        if last > self.train.steps:
+            raise ConfigError(
+                f"profile.steps={list(self.profile.steps)} lies outside the run's steps "
+                f"1..{self.train.steps}; set profile.steps to a window within them, or raise "
+                "train.steps")
+
+    @property
+    def profile_window(self) -> tuple:
+        """(first, last) profiled step: profile.steps, else the first two steady-state steps."""
+        if self.profile.steps is not None:
+            return tuple(self.profile.steps)
+        first = self.excluded_steps + 1
+        return first, min(first + 1, self.train.steps)
 
     def _check_hparams(self) -> None:
         values = as_dict(self)
@@ -169,6 +195,11 @@ def check_world_size(cfg: Config, world_size: int, source: str = LAUNCH_WORLD) -
         )
     dp = world_size // mp
     check_expert_groups(cfg, world_size, dp, source)
+    outside = [r for r in cfg.profile.ranks if r >= world_size] if cfg.profile.enabled else []
+    if outside:
+        raise ConfigError(
+            f"profile.ranks={list(cfg.profile.ranks)} names rank {outside[0]}, outside the world "
+            f"of {world_size} ({source}); pick ranks from 0 to {world_size - 1}")
     step = cfg.train.micro_batch_size * dp
     if cfg.train.global_batch_size % step:
         raise ConfigError(

@@ -30,6 +30,8 @@ from typing import Dict, Optional
 
 import torch
 
+from launcher.run.profile import NO_SPAN
+
 START_PARAM_SYNC, FORWARD = "start_param_sync", "forward"
 WATCH_LIMIT_S = 60.0
 
@@ -141,7 +143,7 @@ class FirstGroupProbe:
         self._pipeline = self._engine.all_gather_pipeline
         self._first = first_bucket(self._engine)
         self._inside_start = self._active = False
-        self._step = None
+        self._step, self._span = None, NO_SPAN
         self._issue: Optional[_Issue] = None
         self._wrap(adapter)
 
@@ -149,12 +151,14 @@ class FirstGroupProbe:
         """Bytes the first group's all-gather fills: its unsharded bucket(s)."""
         return sum(bucket_bytes(self._pipeline, b) for b in self._coalesced_with_first())
 
-    def step_begins(self, step: int) -> None:
-        self._active, self._step = True, step
+    def step_begins(self, step: int, span=NO_SPAN) -> None:
+        """`span`: the profiling window's named ranges in a profiled step (launcher.run.profile),
+        around the first group's issue and the forward's wait for it."""
+        self._active, self._step, self._span = True, step, span
 
     def step_ends(self) -> None:
         """After the step's sync point: the step's events are complete and can be read."""
-        self._active = False
+        self._active, self._span = False, NO_SPAN
         if self._pending is not None:
             (issue, waited), self._pending = self._pending, None
             allgather, wait = self.clock.seconds(issue, waited)
@@ -175,9 +179,11 @@ class FirstGroupProbe:
         def probed_all_gather(*args, **kwargs):
             if kwargs.get("bwd") or not self._first_is_idle():
                 return all_gather(*args, **kwargs)
-            start = self._mark()
-            result = all_gather(*args, **kwargs)
-            self._issued(start)
+            span = self._span if self._requests_first(*args, **kwargs) else NO_SPAN
+            with span("first_group.all_gather"):
+                start = self._mark()
+                result = all_gather(*args, **kwargs)
+                self._issued(start)
             return result
 
         def probed_wait(bucket_id, bwd, *args, **kwargs):
@@ -185,7 +191,8 @@ class FirstGroupProbe:
                 return wait(bucket_id, bwd, *args, **kwargs)
             issue, self._issue = self._issue, None
             waited = self.clock.waiting() if self._measuring(issue) else None
-            result = wait(bucket_id, bwd, *args, **kwargs)
+            with self._span("first_group.wait"):
+                result = wait(bucket_id, bwd, *args, **kwargs)
             if waited is not None and self._pending is None:  # the step's first wait on it
                 self._pending = (issue, waited())
             return result
@@ -193,6 +200,11 @@ class FirstGroupProbe:
         adapter.start_param_sync = probed_start_param_sync
         self._pipeline.all_gather_params = probed_all_gather
         self._pipeline.wait_bucket_ready = probed_wait
+
+    def _requests_first(self, params=(), *args, **kwargs) -> bool:
+        """Whether an all_gather_params call asks for the first group (its `params` argument)."""
+        groups = self._pipeline.buffer.param_to_param_group
+        return any(groups.get(p) == self._first for p in kwargs.get("params", params))
 
     def _first_is_idle(self) -> bool:
         from megatron.core.distributed.fsdp.src.megatron_fsdp.param_and_grad_buffer import (

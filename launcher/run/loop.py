@@ -15,6 +15,8 @@ import torch
 from megatron.core import parallel_state
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
+from launcher.run.profile import NO_SPAN
+
 
 class NonFiniteError(RuntimeError):
     """A non-finite loss or gradient norm; classified `nan` (launcher.run.failures)."""
@@ -50,26 +52,30 @@ def make_forward_step(poison: bool):
 
 
 def train_step(model, optimizer, scheduler, forward_backward, data_iterator, batch: Batch,
-               step: int, poison: bool = False):
+               step: int, poison: bool = False, span: Callable = NO_SPAN,
+               forward_backward_name: str = "forward_backward"):
     """Forward/backward over all microbatches, then the optimizer step, unless the loss is
-    non-finite. Returns (loss, grad_norm, the learning rate the step applied)."""
+    non-finite. Returns (loss, grad_norm, the learning rate the step applied). `span`: the
+    profiling window's named ranges (launcher.run.profile), NO_SPAN outside it."""
     model.zero_grad_buffer()
     optimizer.zero_grad()
-    outputs = forward_backward(
-        forward_step_func=make_forward_step(poison),
-        data_iterator=data_iterator,
-        model=[model],
-        num_microbatches=batch.num_microbatches,
-        seq_length=batch.seq_length,
-        micro_batch_size=batch.micro_batch_size,
-        forward_only=False,
-    )
+    with span(forward_backward_name):
+        outputs = forward_backward(
+            forward_step_func=make_forward_step(poison),
+            data_iterator=data_iterator,
+            model=[model],
+            num_microbatches=batch.num_microbatches,
+            seq_length=batch.seq_length,
+            micro_batch_size=batch.micro_batch_size,
+            forward_only=False,
+        )
     loss = mean_loss(outputs)  # .item() inside: a host-device sync point, once per step
     if not math.isfinite(loss):
         raise NonFiniteError(f"step {step}: the loss is non-finite ({loss}); stopped before the "
                              "optimizer step applied it")
     lr = optimizer.param_groups[0]["lr"]
-    _, grad_norm, _ = optimizer.step()
+    with span("optimizer"):
+        _, grad_norm, _ = optimizer.step()
     if grad_norm is not None and not math.isfinite(grad_norm):
         # megatron computes the norm inside its step: this update is applied, but the run stops
         # here and no checkpoint holds it (train.check_nan_in_grad catches it before the step).
@@ -77,6 +83,21 @@ def train_step(model, optimizer, scheduler, forward_backward, data_iterator, bat
                              "stopped, no checkpoint holds this step")
     scheduler.step(increment=1)
     return loss, grad_norm, lr
+
+
+class ReadsInRanges:
+    """A profiled step's data iterator: each microbatch read (by megatron's schedule, or by the
+    graph wrapper into its static buffers) is a `data` range."""
+
+    def __init__(self, iterator, span: Callable):
+        self.iterator, self.span = iterator, span
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        with self.span("data"):
+            return next(self.iterator)
 
 
 def mean_loss(outputs) -> float:
@@ -88,21 +109,34 @@ def mean_loss(outputs) -> float:
 
 def train(model, optimizer, scheduler, data_iterator, steps: range, batch: Batch,
           on_step: Callable, forward_backward=None, nan_at_step: Optional[int] = None,
-          probe=None):
+          probe=None, window=None):
     """Runs the optimizer steps in `steps`; calls on_step(step, loss, grad_norm, seconds, lr)
     after each. Peak-memory statistics restart after the first step, so they hold the steady state
     (and a CUDA graph's pool), not start-up. `probe` (launcher.run.first_group) is told where each
-    step begins and where it has synchronised, so its events are read only after that."""
+    step begins and where it has synchronised, so its events are read only after that. `window`
+    (launcher.run.profile): the steps it covers are profiled, their parts in named ranges."""
+    from launcher.run.graphs import captured
+
     forward_backward = forward_backward or get_forward_backward_func()
     for step in steps:
+        profiled = window is not None and window.covers(step)
+        span = window.span if profiled else NO_SPAN
         if probe:
-            probe.step_begins(step)
+            probe.step_begins(step, span)
+        if profiled:
+            window.begin(step)
         start = time.perf_counter()
-        loss, grad_norm, lr = train_step(model, optimizer, scheduler, forward_backward,
-                                         data_iterator, batch, step, poison=step == nan_at_step)
+        loss, grad_norm, lr = train_step(
+            model, optimizer, scheduler, forward_backward,
+            ReadsInRanges(data_iterator, span) if profiled else data_iterator, batch, step,
+            poison=step == nan_at_step, span=span,
+            forward_backward_name="graph.replay" if profiled and captured()
+            else "forward_backward")
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # so the step time covers the GPU work
         seconds = time.perf_counter() - start
+        if profiled:
+            window.end(step)
         if probe:
             probe.step_ends()
         if step == steps.start and torch.cuda.is_available():

@@ -119,14 +119,17 @@ def loggers(logging, run_dir: str, config: dict):
     return Loggers(chosen) if chosen else NullLogger()
 
 
-def throughput(rates: Rates, log: StepLog, times: List[float], excluded_steps: int) -> dict:
+def throughput(rates: Rates, log: StepLog, times: List[float], excluded_steps: int,
+               window: tuple) -> dict:
     """The steady-state rates; all null, with the reason, when no step is steady."""
     if times:
         return rates.steady(times)
     first, last = log.steps[0]["step"], log.steps[-1]["step"]
+    profiled = f" or the profiling window, steps {window[0]}..{window[1]}," \
+        if window[0] <= window[1] else ""
     reason = (f"no steady-state step: steps {first}..{last} all fall within the first "
               f"{excluded_steps} this run leaves out (train.warmup_steps, plus CUDA-graph warmup "
-              "and capture); run more steps to measure throughput")
+              f"and capture){profiled}; run more steps to measure throughput")
     return {"tokens_per_s_per_gpu": None, "tflops_per_gpu": None, "mfu": None,
             "step_time_s_p50": None, "step_time_s_p90": None, "throughput_null_reason": reason}
 
@@ -150,10 +153,12 @@ def summary(cfg: Config, config: dict, rates: Rates, log: StepLog, probe, captur
     from launcher.run.first_group import summarise
 
     skip = log.first_step - 1 + cfg.excluded_steps  # a resumed run warms up again
-    steady = [s for s in log.steps if s["step"] > skip]
+    window = cfg.profile_window if cfg.profile.enabled else (0, -1)  # the profiler slows it
+    steady = [s for s in log.steps if s["step"] > skip
+              and not window[0] <= s["step"] <= window[1]]
     times = [s["step_time_s"] for s in steady]
     result = RunMetrics(
-        **throughput(rates, log, times, cfg.excluded_steps),
+        **throughput(rates, log, times, cfg.excluded_steps, window),
         **peak_memory(on_cpu),
         # memory a step adds (rank 0's RSS after the last step minus after the first, per step)
         rss_growth_bytes_per_step=metrics.growth_per_step(*log.rss, len(log.steps)),

@@ -52,7 +52,7 @@ def run(cfg: Config, run_dir: str, resume_from: Optional[str] = None) -> int:
     if starter:
         return run_this_rank(cfg, run_dir, starter, resume_from)
     device_type = resolve_device(cfg.runtime.device)
-    check_device(cfg.fsdp, device_type)
+    check_device(cfg, device_type)
     return launch_ranks(cfg, run_dir, device_type, resume_from)
 
 
@@ -90,7 +90,7 @@ def run_this_rank(cfg: Config, run_dir: str, starter: str,
     ranks.check_runtime_matches(cfg.runtime, found)
     check_world_size(cfg, found.world_size, found.world_source)
     device_type = resolve_device(cfg.runtime.device)
-    check_device(cfg.fsdp, device_type)
+    check_device(cfg, device_type)
     try:
         summary = run_rank(cfg, run_dir, device_type, resume_from)
     except Exception as err:  # noqa: BLE001  (classified, summarised, one line; not a traceback)
@@ -109,6 +109,10 @@ def report_ok(summary: RunSummary, run_dir: str) -> int:
                 is not None else f"throughput null ({m.throughput_null_reason})")
     print(f"[launch] ok: {measured}, first_group_prefetches={m.first_group_prefetches}, "
           f"outputs in {run_dir}", flush=True)
+    if summary.profile is not None:
+        from launcher.run.profile import describe
+
+        print(describe(summary.profile, run_dir), flush=True)
     return 0
 
 

@@ -9,8 +9,8 @@ and no other attention of the GPT specs supports it in 0.19.2.
 import importlib.util
 
 from launcher.config import (
-    ConfigError, CudaGraphConfig, CudaGraphImpl, FsdpConfig, LayerSpec, ModelConfig,
-    ParallelConfig,
+    Config, ConfigError, CudaGraphConfig, CudaGraphImpl, FsdpConfig, LayerSpec, ModelConfig,
+    ParallelConfig, ProfileKind,
 )
 
 
@@ -59,10 +59,25 @@ def check_support(model: ModelConfig, parallel: ParallelConfig,
             + " or set parallel.context_parallel_size=1")
 
 
-def check_device(fsdp: FsdpConfig, device_type: str) -> None:
-    """Raises ConfigError for what the run's device cannot do on a CPU: NCCL user buffers, and
-    the double buffers (Megatron-FSDP's pool allocates them on the CUDA device inside the
-    backward pass, where the CPU compatibility layer's device mapping does not reach)."""
+def check_device(cfg: Config, device_type: str) -> None:
+    """Raises ConfigError for what the run's device cannot do on a CPU: NCCL user buffers, the
+    double buffers (Megatron-FSDP's pool allocates them on the CUDA device inside the backward
+    pass, where the CPU compatibility layer's device mapping does not reach), Nsight Systems'
+    window and the CUDA allocator's history."""
+    check_fsdp_device(cfg.fsdp, device_type)
+    if device_type != "cpu":
+        return
+    if cfg.profile.kind == ProfileKind.nsys:
+        raise ConfigError("profile=nsys marks its window with cudaProfilerStart/Stop for Nsight "
+                          "Systems, which profiles CUDA work a CPU run has none of; set "
+                          "profile=torch (a Chrome trace of the CPU run), or run on GPUs")
+    if cfg.profile.memory:
+        raise ConfigError("profile.memory=true records the CUDA allocator's history, which a CPU "
+                          "run has not; set profile.memory=false (the trace still shows the "
+                          "window), or run on GPUs")
+
+
+def check_fsdp_device(fsdp: FsdpConfig, device_type: str) -> None:
     if fsdp.double_buffer and device_type == "cpu" and not fsdp.nccl_ub:
         raise ConfigError("fsdp.double_buffer=true allocates Megatron-FSDP's fixed buffer pool on "
                           "a CUDA device (megatron_fsdp/utils.py GlobalMemoryBuffer), which a CPU "

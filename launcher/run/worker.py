@@ -68,9 +68,10 @@ def gather_ranks(on_cpu: bool) -> tuple:
 def _train(cfg, run_dir, rank, world_size, on_cpu, resume_from):
     from importlib.metadata import version
 
-    from launcher.run import build, experts, graphs, loop
+    from launcher.run import build, experts, graphs, loop, profile
     from launcher.run.first_group import FirstGroupProbe
 
+    window = profile.window_for(cfg, rank, run_dir)  # memory history: from before the build
     build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
                         cfg.train.seed, cfg.runtime.timeout_s,
                         graph_safe_rng=cfg.cuda_graph.enabled)
@@ -102,11 +103,15 @@ def _train(cfg, run_dir, rank, world_size, on_cpu, resume_from):
     status, summary = "error", None
     try:
         loop.train(model, optimizer, scheduler, data, range(first_step, cfg.train.steps + 1),
-                   batch, after_step, forward_backward, cfg.train.inject_nan_at_step, probe)
+                   batch, after_step, forward_backward, cfg.train.inject_nan_at_step, probe,
+                   window)
         # megatron.core.__version__ appends the git hash of the *current directory's* repository
         if rank == 0:
             summary = writer.summary(probe, graphs.captured(), version("megatron-core"),
                                      local_shard_numel(model))
+            summary = dataclasses.replace(summary, profile=profile.result(
+                cfg, run_dir, summary.steps_run, window,
+                {step: s.wait_s for step, s in probe.samples.items()}))
         status = "ok"
     except BaseException as err:
         status = classify_failure(1, f"{type(err).__name__}: {err}")  # nan for a NaN stop

@@ -31,13 +31,22 @@ def job_overrides(plan: Plan, master: DictConfig, cell, repeat: int, attempt: in
     """A cell's overrides, plus where it writes and how its wandb run is grouped and tagged."""
     tags = [*master.logging.wandb.tags, *(f"{k}={v}" for k, v in cell.values.items())]
     quiet = ["logging.print_steps=false"] if master.logging.print_steps is None else []
-    return [*cell.overrides, *quiet,
+    return [*cell.overrides, *quiet, *unprofiled(master, repeat),
             f"hydra.sweep.subdir={cell.id}/repeat{repeat}/attempt{attempt}",
             f"logging.wandb.group={quote(plan.wandb_group)}",
             f"logging.wandb.name={quote(run_name(cell.label, repeat, attempt))}",
             f"logging.tensorboard.name={quote(run_name(cell.label, repeat, attempt))}",
             "logging.wandb.tags=[" + ",".join(quote(t[:64]) for t in tags) + "]",  # wandb's limit
             "logging.tensorboard.hparams=[" + ",".join(hparams(plan, master)) + "]"]
+
+
+def unprofiled(master: DictConfig, repeat: int) -> List[str]:
+    """A profiling sweep profiles each cell's first repeat only: the others run with profiling
+    off (every profile key back to profile=none's)."""
+    if master.profile.kind == "none" or repeat == 0:
+        return []
+    return ["profile=none", "profile.steps=null", "profile.ranks=[0]", "profile.memory=false",
+            "profile.with_stack=false"]
 
 
 def hparams(plan: Plan, master: DictConfig) -> List[str]:

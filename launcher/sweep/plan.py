@@ -32,7 +32,7 @@ from launcher.config import (
 )
 
 PLAN_FILE = "plan.json"
-UNMEASURED = ("sweep", "logging")  # sections left out of a cell's id
+UNMEASURED = ("sweep", "logging", "profile")  # sections left out of a cell's id
 
 
 @dataclass
@@ -215,7 +215,7 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
             check_writable(cfg.train.checkpoint, "")
         check_folders(cfg.logging, cfg.data)
         if cfg.runtime.device == Device.cpu:  # auto: known where the job runs, checked there
-            check_device(cfg.fsdp, "cpu")
+            check_device(cfg, "cpu")
         run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
     except ConfigError as err:
         return resolved, values, str(err)

@@ -5,7 +5,9 @@ an interrupted sweep). The charts: tokens/s/GPU per cell with 95% intervals (gro
 swept key when there are two, as prefetch x CUDA-graph grids are), speedup against the baseline,
 step-time distributions, peak memory, the first parameter group's all-gather per cell, per
 pair of cells differing only in the switch its predicted against its measured saving
-(launcher.sweep.switch), and throughput against peak memory with the front marked. Text stays text in the SVG, so the page is searchable.
+(launcher.sweep.switch), throughput against peak memory with the front marked, and in a
+profiling sweep (profile=torch) each cell's profiled step broken into its parts, its trace linked
+from the table. Text stays text in the SVG, so the page is searchable.
 """
 
 import html
@@ -54,7 +56,7 @@ def draw(results: Results):
     draw_first_group(axes[2][0], results)
     draw_savings(axes[2][1], results)
     draw_memory_throughput(axes[3][0], results)
-    axes[3][1].axis("off")
+    draw_breakdown(axes[3][1], results)
     return figure
 
 
@@ -193,6 +195,7 @@ def draw_memory_throughput(ax, results: Results) -> None:
     """Throughput against peak memory, a point per cell with its 95% interval; the front (no cell
     at least as fast with less memory) joined and labelled; sweep.memory_limit_gib as a line."""
     rows = sorted(measured(results), key=lambda r: r["peak_memory_mib"])
+    keys = results.plan.keys
     cuda = any(r.get("peak_reserved_mib") is not None for r in rows)
     for row in rows:
         value = row["tokens_per_s_per_gpu"]
@@ -201,7 +204,7 @@ def draw_memory_throughput(ax, results: Results) -> None:
         ax.errorbar(row["peak_memory_mib"] / 1024, value, yerr=err, fmt="o", capsize=5,
                     color=BASE_COLOR if row["baseline"] else OK_COLOR,
                     markerfacecolor=OK_COLOR if row["pareto"] else "white")
-        ax.annotate(row["label"] + (" (baseline)" if row["baseline"] else ""),
+        ax.annotate(", ".join(row[k] for k in keys) + (" (baseline)" if row["baseline"] else ""),
                     (row["peak_memory_mib"] / 1024, value), xytext=(6, 4),
                     textcoords="offset points", fontsize=8)
     front = [r for r in rows if r["pareto"]]
@@ -216,12 +219,46 @@ def draw_memory_throughput(ax, results: Results) -> None:
     ax.set_xlabel("peak memory (GiB): " + ("reserved by the CUDA allocator" if cuda
                                            else "process max RSS (CPU)") + ", rank 0")
     ax.set_ylabel("tokens/s/GPU (median, 95% CI)")
-    ax.set_title("Throughput against peak memory")
+    names = short_names(keys)
+    ax.set_title("Throughput against peak memory (points: "
+                 + ", ".join(names[k] for k in keys) + ")")
     ax.grid(alpha=0.3)
     if rows:
         ax.legend(fontsize=8, loc="lower right")
     else:
         ax.text(0.5, 0.5, "no cell was measured", transform=ax.transAxes, ha="center")
+
+
+BREAKDOWN = (("forward_backward", "forward/backward (less the wait)", OK_COLOR),
+             ("first_group_wait", "first-group wait (exposed)", FAIL_COLOR),
+             ("optimizer", "optimizer", "#9ecae1"), ("other", "rest of the step", "#dddddd"))
+
+
+def draw_breakdown(ax, results: Results) -> None:
+    """Per profiled cell, its profiled steps' parts (medians, ms) stacked: forward/backward
+    without the first-group wait, the wait, the optimizer, and the rest of the step."""
+    rows = [r for r in results.rows if r.get("profile_step_ms") is not None]
+    for y, row in enumerate(rows):
+        wait = row.get("profile_first_group_wait_ms") or 0.0
+        fb = row.get("profile_forward_backward_ms") or 0.0
+        opt = row.get("profile_optimizer_ms") or 0.0
+        parts = {"forward_backward": max(fb - wait, 0.0), "first_group_wait": wait,
+                 "optimizer": opt, "other": max(row["profile_step_ms"] - fb - opt, 0.0)}
+        left = 0.0
+        for key, name, color in BREAKDOWN:
+            ax.barh(y, parts[key], left=left, color=color, edgecolor="black",
+                    label=name if y == 0 else None)
+            left += parts[key]
+    ax.set_yticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
+    ax.set_xlabel("ms per profiled step (median over the profiling window)")
+    ax.set_title("A profiled step's parts (profile=torch)")
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    if rows:
+        ax.legend(fontsize=8, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "no cell was profiled (sweep with profile=torch)",
+                transform=ax.transAxes, ha="center")
 
 
 def draw_first_group(ax, results: Results) -> None:
@@ -291,6 +328,8 @@ def page(results: Results, svg: str) -> str:
         for key in columns:
             bad = key == "status" and not row["status"].startswith("ok")
             text = esc(display(row, key))
+            if key == "profile_trace" and row.get("profile_trace"):
+                text = f'<a href="{esc(row["profile_trace"])}">{text}</a>'
             if key == "reason" and row.get("log_excerpt"):
                 text += f"<details><summary>log</summary><pre>{esc(row['log_excerpt'])}</pre></details>"
             cells.append(f'<td{" class=bad" if bad else ""}>{text}</td>')

@@ -6,6 +6,7 @@ runs started without a summary are `interrupted`). Writes results.csv and result
 
 import csv
 import io
+import os
 import platform
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -29,7 +30,9 @@ COLUMNS = (
     "peak_memory_mib", "pareto", "cuda_graph_captured", "first_group_prefetches", "first_group_issued_in", "first_group_bytes",
     "first_group_allgather_ms", "first_group_wait_ms", "first_group_wait_share",
     "switch_partner", "predicted_saving_ms", "measured_saving_ms", "measured_saving_ms_ci_low",
-    "measured_saving_ms_ci_high", "measured_saving_step_noise_only", "final_loss", "reason", "log_excerpt", "run_dirs",
+    "measured_saving_ms_ci_high", "measured_saving_step_noise_only", "profile_trace",
+    "profile_step_ms", "profile_forward_backward_ms", "profile_optimizer_ms",
+    "profile_first_group_wait_ms", "final_loss", "reason", "log_excerpt", "run_dirs",
 )
 
 
@@ -92,6 +95,7 @@ def collect(plan: Plan) -> Results:
         if failed:
             row["reason"] = failed.message
             row["log_excerpt"] = failed.log_excerpt
+        row.update(profile_columns(runs, plan.sweep_dir))
         if ok:
             samples[cell.id] = [np.asarray(s.throughput_samples()) for s in ok]
             row.update(cell_metrics(ok, samples[cell.id]))
@@ -102,6 +106,19 @@ def collect(plan: Plan) -> Results:
     mark_pareto(results.rows)
     add_explanations(results.rows, plan.keys, step_times)
     return results
+
+
+def profile_columns(runs: list, sweep_dir: str) -> dict:
+    """The cell's profiled run (a profiling sweep profiles its first repeat): rank 0's trace,
+    relative to the sweep directory, and the medians of its window's parts (launcher.run.profile)."""
+    for status, summary, folder in runs:
+        profile = summary.profile if status == "ok" else None
+        if profile and profile.files:
+            parts = profile.breakdown_ms or {}
+            trace = next((f for f in profile.files if f.endswith(".json.gz")), profile.files[0])
+            return {"profile_trace": os.path.relpath(os.path.join(folder, trace), sweep_dir),
+                    **{f"profile_{k.replace('.', '_')}_ms": v for k, v in parts.items()}}
+    return {}
 
 
 def race_note(race: Race, cell_id: str) -> str:
@@ -207,12 +224,15 @@ SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "tflops_per_gpu",
          "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib",
          "peak_rss_mib", "pareto", "first_group_issued_in", "first_group_wait_ms",
          "first_group_wait_share", "predicted_saving_ms", "measured_saving_ms", "runs_ok", "race",
-         "reason")
+         "profile_trace", "reason")
 
 
 def shown(results: Results) -> tuple:
-    """The columns the printed tables show: SHOWN, the race's only in a tuning sweep."""
-    return tuple(k for k in SHOWN if k != "race" or results.race)
+    """The columns the printed tables show: SHOWN, the race's only in a tuning sweep, the trace's
+    only in a profiling one."""
+    traced = any(r.get("profile_trace") for r in results.rows)
+    return tuple(k for k in SHOWN if (k != "race" or results.race)
+                 and (k != "profile_trace" or traced))
 
 
 HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
@@ -220,7 +240,7 @@ HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
            "step_time_ms_p50": "step p50 (ms)", "step_time_ms_p90": "step p90 (ms)",
            "peak_allocated_mib": "peak allocated (MiB)", "peak_reserved_mib": "peak reserved (MiB)",
            "peak_rss_mib": "peak RSS (MiB)", "pareto": "throughput-memory front",
-           "runs_ok": "runs ok",
+           "runs_ok": "runs ok", "profile_trace": "trace",
            "first_group_issued_in": "first group issued in",
            "first_group_wait_ms": "first-group wait (ms)",
            "first_group_wait_share": "wait share of step",

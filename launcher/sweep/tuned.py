@@ -20,7 +20,7 @@ from launcher.sweep.plan import UNMEASURED, bare_key
 from launcher.sweep.results import Results, display, significant
 
 # not part of what a run measures: Hydra's own settings, the recipe itself, and UNMEASURED
-SKIPPED = ("hydra.", "recipe", *(f"{section}." for section in UNMEASURED))
+SKIPPED = ("hydra.", "recipe", *UNMEASURED)
 
 
 def choose(results: Results) -> tuple:

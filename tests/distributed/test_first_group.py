@@ -33,7 +33,12 @@ def runs(tmp_path_factory):
                                    f"fsdp.prefetch_first_param_group={prefetch}")
         assert proc.returncode == 0, proc.stderr[-3000:]
         done[prefetch] = read_run(run_dir)
+        done[f"profiled_{prefetch}"] = (run_dir / "profile").exists(), done[prefetch][0]["profile"]
     return done
+
+
+def test_profiling_off_by_default_writes_no_trace(runs):
+    assert runs["profiled_true"] == runs["profiled_false"] == (False, None)
 
 
 def test_the_switch_moves_the_first_groups_all_gather(runs):
@@ -44,7 +49,7 @@ def test_the_switch_moves_the_first_groups_all_gather(runs):
 
 
 def test_first_group_bytes_is_the_embedding_bucket_of_the_model(runs):
-    for summary, _ in runs.values():
+    for summary, _ in (runs["true"], runs["false"]):
         assert summary["metrics"]["first_group_bytes"] == first_group_elements(2) * BF16 == 20736
 
 

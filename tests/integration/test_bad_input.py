@@ -64,6 +64,14 @@ CATALOGUE = [
     (["+recipe=gpt", "fsdp.main_params_dtype=bf16"],
      "set fsdp.main_params_dtype=fp32, or train.grad_clip=0"),
     (["fsdp.grad_comm_dtype=fp16"], "set fsdp.grad_comm_dtype to one of those"),
+    # a profiling window outside the run, on no rank of it, or needing a GPU on a CPU
+    (["+recipe=tiny_cpu", "profile=torch", "profile.steps=[19,25]"],
+     "profile.steps=[19, 25] lies outside the run's steps 1..20; set profile.steps"),
+    (["+recipe=tiny_cpu", "profile=torch", "profile.ranks=[0,2]"],
+     "profile.ranks=[0, 2] names rank 2, outside the world of 1"),
+    (["+recipe=tiny_cpu", "profile=nsys"], "set profile=torch (a Chrome trace of the CPU run)"),
+    (["+recipe=tiny_cpu", "profile=torch", "profile.memory=true"],
+     "set profile.memory=false (the trace still shows the window), or run on GPUs"),
     # impossible parallel sizes and batches
     (["runtime.nproc_per_node=3"], "set train.global_batch_size to a multiple of 6"),
     (["parallel.tensor_model_parallel_size=3"],

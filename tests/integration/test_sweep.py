@@ -143,7 +143,29 @@ def test_report_renders_in_a_real_browser(sweep, tmp_path):
         assert row["label"] in dom
     assert dom.count("<svg") >= 1 and "tokens/s/GPU (median, 95% CI)" in dom  # axis labels
     assert "Step-time distribution per cell" in dom and "Peak memory per cell" in dom
-    assert "Throughput against peak memory" in dom
+    assert "Throughput against peak memory" in dom and "A profiled step's parts" in dom
+    for row in read_csv(sweep_dir).values():  # each measured cell's trace, linked
+        if row["status"] == "ok":
+            assert f'<a href="{row["profile_trace"]}">' in dom
+
+
+def test_each_cell_is_profiled_once_and_its_step_broken_down(sweep):
+    """profile=torch (the recipe's) in a sweep: one trace per valid cell, its first repeat's;
+    the other repeat runs unprofiled and keeps every steady-state step."""
+    _, sweep_dir = sweep
+    rows = read_csv(sweep_dir)
+    for key, row in rows.items():
+        traces = sorted(sweep_dir.glob(f"{row['cell']}/*/*/profile/rank0.json.gz"))
+        if key == REFUSED:
+            assert not traces
+            continue
+        assert [t.relative_to(sweep_dir).as_posix() for t in traces] == [row["profile_trace"]]
+        assert row["profile_trace"] == f"{row['cell']}/repeat0/attempt0/profile/rank0.json.gz"
+        steps = {r: json.loads((sweep_dir / row["cell"] / f"repeat{r}" / "attempt0" /
+                                "summary.json").read_text())["steady_state_steps"] for r in (0, 1)}
+        assert len(steps[1]) == len(steps[0]) + 2  # the window's 2 steps left out of repeat 0
+        parts = [float(row[f"profile_{k}_ms"]) for k in ("forward_backward", "optimizer")]
+        assert 0 < sum(parts) <= float(row["profile_step_ms"])
 
 
 def test_same_command_again_runs_nothing_and_overwrites_no_run(sweep):
@@ -231,8 +253,10 @@ def test_a_sweep_prints_a_few_lines_per_run(sweep):
     proc, _ = sweep
     lines = proc.stdout.splitlines()
     assert len([line for line in lines if re.search(r"\[HYDRA\]\s+#\d+ : ", line)]) == 6
-    # per run: wandb, TensorBoard, start, result; and the wandb run of the results table
-    assert len([line for line in lines if "[launch]" in line]) == 6 * 4 + 1
+    # per run: wandb, TensorBoard, start, result; the profiled first repeats' trace line; and
+    # the wandb run of the results table
+    assert len([line for line in lines if "[launch]" in line]) == 6 * 4 + 3 + 1
+    assert sum("[launch] profile: steps" in line for line in lines) == 3
     assert sum("[launch] wandb: offline run in" in line for line in lines) == 7
     assert sum("[launch] tensorboard" in line.lower() for line in lines) == 6
     assert not [line for line in lines if line.startswith(("step ", "wandb:"))]

@@ -110,6 +110,17 @@ RULES = [
     (["sweep.memory_limit_gib=40"],
      r"sweep.memory_limit_gib=40.0 drops cells from the tuner's race, and this sweep does not "
      r"race; set sweep.tune=true"),
+    (["profile=torch", "profile.steps=[4,3]"],
+     r"profile.steps=\[4, 3\] is not a window \[first, last\]"),
+    (["profile=torch", "profile.steps=[3]"], r"profile.steps=\[3\] is not a window"),
+    (["profile=torch", "profile.ranks=[]"], r"profile.ranks=\[\] must name distinct global"),
+    (["profile=nsys", "profile.with_stack=true"],
+     r"profile.with_stack=true records Python stacks in torch.profiler's trace"),
+    (["profile.steps=[3,4]"], r"profile.steps=\[3, 4\] has no window to apply to with "
+                              r"profile=none; choose profile=torch"),
+    (["profile=torch", "train.steps=2", "train.warmup_steps=2"],
+     r"profile=torch profiles the first two steady-state steps unless profile.steps says "
+     r"otherwise, and train.steps=2 leaves no steady-state step after the 2 excluded"),
     (["logging.tensorboard.hparams=[fsdp.prefetch]"],
      r"logging.tensorboard.hparams names fsdp.prefetch, which is not a config value"),
     (["logging.tensorboard.hparams=[fsdp]"],
