@@ -1,10 +1,10 @@
 """Stage 1, config: what a run or a sweep is, before anything starts.
 
 Owns the typed schema (one dataclass per config group: `model.py` for what is built, model,
-parallel, fsdp and cuda_graph; `sections.py` for how it runs, train, data, logging, runtime and
-sweep; `schema.py`: the root `Config`, the rules across sections and those that need the world
-size; `error.py`: ConfigError), the enums of its
-vocabulary (`choices.py`), and the one-line explanation of Hydra's composition errors
+parallel, fsdp and cuda_graph, and `layers.py`, its moe and recompute; `sections.py` for how it
+runs, train, data, logging, runtime and sweep; `profile.py`, the profiling window; `schema.py`:
+the root `Config`, the rules across sections and those that need the world size; `error.py`:
+ConfigError), the enums of its vocabulary (`choices.py`), and the one-line explanation of Hydra's composition errors
 (`explain.py`). It may import the standard library, omegaconf and hydra, and nothing else: no
 torch, no megatron, nothing from launcher's other stages. Every other stage imports it.
 """

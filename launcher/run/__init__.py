@@ -6,7 +6,7 @@ compatibility layer (`cpu_compat.py`, and `gloo.py`: one worker thread per gloo 
 megatron-core's model, M-FSDP and optimizer (`build.py`), the training loop (`loop.py`) and its
 full-iteration CUDA graphs (`graphs.py`, megatron-core's FullCudaGraphWrapper), the first
 parameter group's all-gather counted and timed (`first_group.py`), a mixture of experts' routing
-(`experts.py`), checkpoints (`checkpoint.py`: collective save and load; `resume.py`: the checks
+(`experts.py`), the profiling window (`profile.py`), checkpoints (`checkpoint.py`: collective save and load; `resume.py`: the checks
 that need no torch, in the launch process), a rank's stack kept where a signal kills it
 (`crashes.py`), throughput arithmetic (`metrics.py`), what a rank records (`record.py`) and
 writes (`outputs.py`: metrics.jsonl, wandb, TensorBoard); the classes a failure falls into

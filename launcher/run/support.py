@@ -1,5 +1,7 @@
 """What this installation can build, checked before any rank starts: Transformer Engine, and
-the parallel sizes that need it. Finds packages without importing them (no torch here).
+the parallel sizes that need it; and what the run's device can do (check_device: a CPU has no
+NCCL, no CUDA allocator, nothing for Nsight Systems). Finds packages without importing them (no
+torch here).
 
 Context parallelism needs Transformer Engine attention: megatron-core's own DotProductAttention
 (the local spec's) asserts context_parallel_size == 1 (transformer/dot_product_attention.py),

@@ -17,11 +17,18 @@ pytestmark = [pytest.mark.gpu,
 CUDA = [*GPT_TINY, "runtime.device=cuda", "logging.wandb.mode=disabled"]
 
 
+# Profiling rides along (no run of its own): nsys's window in an eager cell (cudaProfilerStart
+# and Stop are no-ops without Nsight Systems attached), torch's with the allocator's history in
+# the captured one.
+PROFILES = {"none": ["profile=nsys"], "full_iteration": ["profile=torch", "profile.memory=true"]}
+
+
 @pytest.mark.parametrize("prefetch,graph", [("true", "none"), ("false", "none"),
                                             ("false", "full_iteration")])
 def test_gpu_cell(launch, prefetch, graph):
+    profile = PROFILES[graph] if prefetch == "false" else []
     proc, run_dir = launch(*CUDA, f"fsdp.prefetch_first_param_group={prefetch}",
-                           f"cuda_graph={graph}")
+                           f"cuda_graph={graph}", *profile)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary, _ = read_run(run_dir)
     assert summary["backend"] == "nccl"
@@ -29,6 +36,26 @@ def test_gpu_cell(launch, prefetch, graph):
     assert summary["metrics"]["first_group_prefetches"] == (10 if prefetch == "true" else 0)
     assert summary["metrics"]["peak_memory_reserved_bytes"] >= \
         summary["metrics"]["peak_memory_allocated_bytes"] > 0
+    if profile:
+        check_profile(summary, run_dir, proc.stdout, graph)
+
+
+def check_profile(summary, run_dir, stdout, graph):
+    """Steps 7..8, after 2 warmup steps, 3 graph warmup steps and the capture in the graph cell;
+    after the 2 warmup steps in the eager one."""
+    window = [7, 8] if graph == "full_iteration" else [3, 4]
+    assert summary["profile"]["steps"] == window
+    print(f"[gpu] profile {summary['profile']}")
+    if graph == "none":
+        assert "between cudaProfilerStart/Stop" in stdout.strip().splitlines()[-1]
+        return
+    import gzip
+
+    with gzip.open(run_dir / "profile" / "rank0.json.gz", "rt") as f:
+        names = {e["name"] for e in json.load(f)["traceEvents"] if e.get("ph") == "X"}
+    assert "graph.replay" in names and "forward_backward" not in names  # the replays
+    assert (run_dir / "profile" / "memory_rank0.pickle").stat().st_size > 0
+    assert summary["profile"]["breakdown_ms"]["forward_backward"] > 0
 
 
 def test_captured_graph_matches_the_eager_cell(tmp_path):
