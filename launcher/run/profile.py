@@ -100,7 +100,6 @@ class Window:
             torch.cuda.memory._record_memory_history(enabled=None)  # no cost after the window
 
 
-
 def window_for(cfg: Config, rank: int, run_dir: str) -> Optional[Window]:
     """This rank's window; None where it does not profile."""
     if not cfg.profile.enabled or rank not in cfg.profile.ranks:
