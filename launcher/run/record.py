@@ -93,7 +93,8 @@ class Dashboards:
         if self.jsonl is None:
             return
         self.jsonl.write({"step": step, **record})
-        self.logger.log(logged, step=step)
+        # a null (MFU where the peak is unknown) makes an empty chart: the loggers get numbers
+        self.logger.log({k: v for k, v in logged.items() if v is not None}, step=step)
 
     def close(self, status: str, last_step: int, summary: Optional[RunSummary]) -> None:
         """metrics.jsonl closed, then every logger, with the status and the summary's metrics (if

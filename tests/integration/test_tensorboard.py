@@ -55,6 +55,7 @@ def test_results_sit_in_each_dashboards_comparison_view(launch):
     assert run["config"]["fsdp"]["prefetch_first_param_group"] is True
     assert "perf/tokens_per_s_per_gpu" in run["history_keys"]
     assert not [k for k in run["history_keys"] if k.startswith("summary/")]
+    assert "perf/mfu" not in run["history_keys"]  # null on a CPU: no empty chart
 
 
 def test_a_failed_run_ends_its_dashboards_with_its_status(launch):
