@@ -223,10 +223,7 @@ def draw_memory_throughput(ax, results: Results) -> None:
     ax.set_title("Throughput against peak memory (points: "
                  + ", ".join(names[k] for k in keys) + ")")
     ax.grid(alpha=0.3)
-    if rows:
-        ax.legend(fontsize=8, loc="lower right")
-    else:
-        ax.text(0.5, 0.5, "no cell was measured", transform=ax.transAxes, ha="center")
+    legend_or_note(ax, bool(rows), "no cell was measured")
 
 
 BREAKDOWN = (("forward_backward", "forward/backward (less the wait)", OK_COLOR),
@@ -254,11 +251,7 @@ def draw_breakdown(ax, results: Results) -> None:
     ax.set_title("A profiled step's parts (profile=torch)")
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
-    if rows:
-        ax.legend(fontsize=8, loc="lower right")
-    else:
-        ax.text(0.5, 0.5, "no cell was profiled (sweep with profile=torch)",
-                transform=ax.transAxes, ha="center")
+    legend_or_note(ax, bool(rows), "no cell was profiled (sweep with profile=torch)")
 
 
 def draw_first_group(ax, results: Results) -> None:
@@ -302,11 +295,16 @@ def draw_savings(ax, results: Results) -> None:
     ax.set_title("Why the switch wins or loses: predicted vs measured")
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
-    if rows:
+    legend_or_note(ax, bool(rows),
+                   "no measured pair differs only in\nfsdp.prefetch_first_param_group")
+
+
+def legend_or_note(ax, drawn: bool, note: str) -> None:
+    """A panel's legend; where it drew nothing, why."""
+    if drawn:
         ax.legend(fontsize=8, loc="lower right")
     else:
-        ax.text(0.5, 0.5, "no measured pair differs only in\nfsdp.prefetch_first_param_group",
-                transform=ax.transAxes, ha="center")
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center")
 
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
