@@ -172,7 +172,7 @@ def test_the_tuner_drops_cells_above_the_memory_limit_and_says_so(tmp_path):
     its first run; the tuned recipe keeps the cell that fits and states the limit."""
     from launcher.sweep import tuned
 
-    cells = [Cell(name, name, {KEYS[0]: name}, [f"{KEYS[0]}={name}"], True, "")
+    cells = [Cell(name, name, {KEYS[0]: name}, [f"{KEYS[0]}={name}", "profile=torch"], True, "")
              for name in ("fits", "big")]
     plan = Plan("cap", str(tmp_path), KEYS, 2, 0, "fits", "cap", cells, tune=True,
                 min_repeats=2, memory_limit_gib=2)
@@ -190,3 +190,4 @@ def test_the_tuner_drops_cells_above_the_memory_limit_and_says_so(tmp_path):
     assert "# Memory limit: sweep.memory_limit_gib=2 (peak reserved on a GPU, max RSS on a " \
            "CPU); cells above it left the race." in text
     assert "prefetch_first_param_group: fits" in text
+    assert "profile" not in text.split("defaults:")[1]  # how it was watched, not what it measured
