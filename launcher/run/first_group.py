@@ -164,6 +164,18 @@ class FirstGroupProbe:
             allgather, wait = self.clock.seconds(issue, waited)
             self.samples[self._step] = Sample(issue.where, issue.nbytes, allgather, wait)
 
+    def settle(self) -> None:
+        """Waits until the first group's all-gather in flight, if any (the prefetch the last
+        step's start_param_sync issued), has run. The profiling window stops only then
+        (launcher.run.profile): a collective gloo's worker thread runs while torch.profiler
+        finalizes its trace races with it (a SIGSEGV in a later step, once in a dozen 2-rank
+        runs; pytorch/pytorch#187483 fixes such a race for the global callbacks)."""
+        entry = self._pipeline.param_gather_event_map.get(
+            self._pipeline.get_bucket_key(self._first, False))
+        if entry is not None:
+            for work in _works(entry[0]):
+                work.wait()
+
     def _wrap(self, adapter) -> None:
         start_param_sync = adapter.start_param_sync
         all_gather = self._pipeline.all_gather_params

@@ -136,7 +136,7 @@ def train(model, optimizer, scheduler, data_iterator, steps: range, batch: Batch
             torch.cuda.synchronize()  # so the step time covers the GPU work
         seconds = time.perf_counter() - start
         if profiled:
-            window.end(step)
+            window.end(step, settle=probe.settle if probe else None)
         if probe:
             probe.step_ends()
         if step == steps.start and torch.cuda.is_available():

@@ -67,9 +67,13 @@ class Window:
         self._step_range = self.span(f"step {step}")
         self._step_range.__enter__()
 
-    def end(self, step: int) -> None:
+    def end(self, step: int, settle: Optional[Callable] = None) -> None:
+        """After the step's sync point; at the window's last step, `settle` (the collectives
+        still in flight run to their end) before the profiler stops."""
         self._step_range.__exit__(None, None, None)
         if step == self.last:
+            if settle is not None:
+                settle()
             self._stop()
 
     def _start(self) -> None:
