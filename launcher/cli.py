@@ -62,6 +62,8 @@ def _main(composed: DictConfig) -> None:
         environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
     except ConfigError as err:
         return refuse(err, run_dir)
+    if cfg.runtime.print_megatron_lm:
+        return print(megatron_lm_command(cfg))
     if cfg.runtime.dry_run:
         return print(dry_run(cfg))
     from launcher.run.spawn import run
@@ -85,6 +87,23 @@ def dry_run(cfg: Config) -> str:
     except ConfigError as err:
         here = f"here the run would be refused: {err}"
     return describe(cfg, world, check_world_size(cfg, world), here)
+
+
+def megatron_lm_command(cfg: Config) -> str:
+    """`runtime.print_megatron_lm=true`: this run as Megatron-LM's command line, on this machine's
+    device (runtime.device=cuda: a GPU's, here or not) with its installed kernels."""
+    from launcher.run import fusions, megatron_lm
+    from launcher.run.support import layer_spec
+
+    device = cfg.runtime.device.value
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    on_cpu, spec = device == "cpu", layer_spec(cfg.model)
+    resolved = fusions.resolve(cfg.model, spec, cfg.train.precision, on_cpu,
+                               fusions.Kernels.here())
+    return megatron_lm.command(cfg, resolved, spec, on_cpu, cfg.runtime.world_size)
 
 
 def with_vocab(cfg: Config) -> Config:

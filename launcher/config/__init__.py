@@ -1,8 +1,8 @@
 """Stage 1, config: what a run or a sweep is, before anything starts.
 
 Owns the typed schema (one dataclass per config group: `model.py` for what is built, model,
-parallel, fsdp and cuda_graph, and `layers.py`, its moe and recompute; `sections.py` for how it
-runs, train, data, logging, runtime and sweep; `profile.py`, the profiling window; `schema.py`:
+parallel, fsdp and cuda_graph, `layers.py`, its moe and recompute, and `fusions.py`, its fused
+kernels; `sections.py` for how it runs, train, data, logging, runtime and sweep; `profile.py`, the profiling window; `schema.py`:
 the root `Config`, the rules across sections and those that need the world size; `error.py`:
 ConfigError), the enums of its vocabulary (`choices.py`), and the one-line explanation of Hydra's composition errors
 (`explain.py`). It may import the standard library, omegaconf and hydra, and nothing else: no
@@ -20,6 +20,7 @@ from launcher.config.schema import (  # noqa: F401
     unknown_keys,
 )
 from launcher.config.error import ConfigError  # noqa: F401
+from launcher.config.fusions import FusionsConfig  # noqa: F401
 from launcher.config.layers import MoeConfig, RecomputeConfig  # noqa: F401
 from launcher.config.profile import ProfileConfig  # noqa: F401
 from launcher.config.model import (  # noqa: F401

@@ -11,6 +11,7 @@ from launcher.config.choices import (
     Activation, CudaGraphImpl, CudaGraphModule, FsdpDtype, LayerSpec, Normalization,
     OuterSharding, PositionEmbedding, ShardingStrategy,
 )
+from launcher.config.fusions import FusionsConfig
 from launcher.config.layers import MoeConfig, RecomputeConfig
 
 from launcher.config.error import ConfigError, positive, size_or_null
@@ -64,6 +65,17 @@ class ModelConfig:
     """Normalise queries and keys per head before attention (Qwen-3, OLMo-2)."""
     kv_channels: Optional[int] = None
     """Channels per attention head; null: hidden_size / num_attention_heads."""
+    hidden_dropout: float = 0.1
+    """Dropout after attention and after the MLP (hidden_dropout); 0.1, as Megatron-LM's
+    --hidden-dropout. Megatron-Bridge's Llama and DeepSeek recipes set 0."""
+    attention_dropout: float = 0.1
+    """Dropout of the attention probabilities (attention_dropout); 0.1, as Megatron-LM's
+    --attention-dropout."""
+    attention_softmax_in_fp32: bool = False
+    """Compute the attention softmax in fp32 when the model runs in bf16
+    (attention_softmax_in_fp32); false, as Megatron-LM without --attention-softmax-in-fp32."""
+    fusions: FusionsConfig = field(default_factory=FusionsConfig)
+    """Fused kernels (see model.fusions.*): Megatron-LM's defaults where installed."""
     moe: MoeConfig = field(default_factory=MoeConfig)
     """Mixture of experts (see model.moe.*)."""
     recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
@@ -96,6 +108,10 @@ class ModelConfig:
                 f"model.num_query_groups={groups} must divide "
                 f"model.num_attention_heads={self.num_attention_heads}; set a divisor or null"
             )
+        for key in ("hidden_dropout", "attention_dropout"):
+            if not 0 <= getattr(self, key) < 1:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must lie in [0, 1); set a "
+                                  "probability like 0.1, or 0 for none")
         self._check_rope()
         self.moe.check_layers(self.num_layers)
         self.recompute.check_layers(self.num_layers, self.moe)

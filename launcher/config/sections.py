@@ -62,10 +62,14 @@ class TrainConfig:
     """Seed of model init and data."""
     warmup_steps: int = 2
     """Steps excluded from throughput at the start (plus CUDA-graph warmup and capture)."""
-    check_nan_in_grad: bool = False
+    check_nan_in_grad: Optional[bool] = None
     """Megatron-FSDP's check of every gradient bucket before the optimizer step
-    (check_for_nan_in_grad): a host sync per bucket, and not capturable by a CUDA graph. The loss
-    is always checked before the step."""
+    (check_for_nan_in_grad): a host sync per bucket, and not capturable by a CUDA graph. null:
+    on, as Megatron-LM, and off with a CUDA graph (Megatron-LM refuses the check there). The
+    loss is always checked before the step."""
+    grad_reduce_in_bf16: bool = False
+    """bf16 runs: reduce gradients in bf16 (Megatron-LM --grad-reduce-in-bf16); false reduces
+    them in fp32 (DistributedDataParallelConfig grad_reduce_in_fp32), as Megatron-LM does."""
     inject_nan_at_step: Optional[int] = None
     """A test hook: make the loss non-finite at this step, to see the NaN guard stop the run."""
     eval_interval: int = 0
@@ -74,6 +78,10 @@ class TrainConfig:
     """Global batches of validation data per evaluation."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Saving and resuming."""
+
+    def nan_grad_check(self, cuda_graph: bool) -> bool:
+        """check_for_nan_in_grad: train.check_nan_in_grad, where null is on without a graph."""
+        return (not cuda_graph) if self.check_nan_in_grad is None else self.check_nan_in_grad
 
     def __post_init__(self):
         for key in ("steps", "micro_batch_size", "global_batch_size"):
@@ -248,6 +256,9 @@ class RuntimeConfig:
     dry_run: bool = False
     """Compose, validate and print what would run (a sweep: its plan; a run: parameters, FLOPs,
     tokens and memory per GPU), without importing torch or starting anything."""
+    print_megatron_lm: bool = False
+    """Print the equivalent Megatron-LM command line (pretrain_gpt.py's flags, and how the switch
+    travels) for this run on this machine (runtime.device=cuda: on a GPU), then stop."""
     timeout_s: int = 600
     """Collective timeout of the process group (a stalled rank fails the job as `timeout`)."""
     rdzv_endpoint: Optional[str] = None
@@ -298,6 +309,9 @@ class SweepConfig:
     """With sweep.tune=true: the race drops every cell whose measured peak memory (reserved by
     the CUDA allocator on a GPU, the process's max RSS on a CPU; rank 0's) is above this many
     GiB, after its first run; null: no limit."""
+    allow_numerics_change: bool = False
+    """With sweep.tune=true: let the tuner recommend a cell whose losses are `different` from the
+    baseline's (`identical` and `close` always may; false also refuses losses never compared)."""
     pending_limit_min: float = 60
     """With a Slurm launcher: minutes a job may pend (its Slurm reason printed every minute)
     before the sweep cancels it as `cancelled` and goes on; a busy cluster may need more."""

@@ -27,14 +27,19 @@ from launcher.config import (
     Activation, CudaGraphConfig, FsdpConfig, LayerSpec, ModelConfig, MoeConfig, ParallelConfig,
     Precision, RecomputeConfig, TrainConfig,
 )
+from launcher.run.fusions import Fusions
 from launcher.run.support import layer_spec
 
 _FSDP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "auto": None}
 
 
 def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph: CudaGraphConfig,
-                       train: TrainConfig, on_cpu: bool) -> TransformerConfig:
-    """Our model/parallel/cuda_graph/train sections as megatron-core's TransformerConfig."""
+                       train: TrainConfig, spec: LayerSpec, fusions: Fusions, on_cpu: bool
+                       ) -> TransformerConfig:
+    """Our model/parallel/cuda_graph/train sections as megatron-core's TransformerConfig, for the
+    layer spec `spec` (launcher.run.support.layer_spec) with the fused kernels the run uses
+    (launcher.run.fusions.resolve). docs/megatron_lm_parity.md lists every field where it differs
+    from what Megatron-LM builds from the same settings (launch ... runtime.print_megatron_lm)."""
     swiglu = model.activation == Activation.swiglu
     bf16 = train.precision == Precision.bf16
     return TransformerConfig(
@@ -48,6 +53,7 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
         gated_linear_unit=swiglu,
         activation_func=F.silu if swiglu else F.gelu,
         add_bias_linear=model.add_bias_linear,
+        add_qkv_bias=model.add_bias_linear,  # as Megatron-LM's validate_args (no other effect)
         qk_layernorm=model.qk_layernorm,
         tensor_model_parallel_size=parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=parallel.pipeline_model_parallel_size,
@@ -58,9 +64,14 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
         pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
+        hidden_dropout=model.hidden_dropout,
+        attention_dropout=model.attention_dropout,
+        attention_softmax_in_fp32=model.attention_softmax_in_fp32,
+        **fusions.fields(),
         use_cpu_initialization=on_cpu,
+        transformer_impl=spec.value,
+        # as Megatron-LM's core_transformer_config_from_args; neither acts in this launcher's runs
+        deallocate_pipeline_outputs=True, cp_comm_type="p2p", inference_sampling_seed=train.seed,
         cuda_graph_impl=cuda_graph.impl.value,
         cuda_graph_modules=[m.value for m in cuda_graph.modules],
         cuda_graph_warmup_steps=cuda_graph.warmup_steps,
@@ -97,9 +108,10 @@ def recompute_fields(recompute: RecomputeConfig) -> dict:
     )
 
 
-def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, check_nan_in_grad: bool,
+def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, train: TrainConfig,
                on_cpu: bool) -> DistributedDataParallelConfig:
-    """Our fsdp section as megatron-core's DistributedDataParallelConfig for Megatron-FSDP."""
+    """Our fsdp section (and the train section's gradient checks and reduction dtype) as
+    megatron-core's DistributedDataParallelConfig for Megatron-FSDP."""
     return DistributedDataParallelConfig(
         use_megatron_fsdp=True,
         use_distributed_optimizer=True,
@@ -119,11 +131,13 @@ def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, check_nan_in_grad:
         outer_dp_sharding_strategy=fsdp.outer_dp_sharding_strategy.value,
         # gloo has no PREMUL_SUM, so the fused divide-in-reduce is a NCCL-only option.
         gradient_reduce_div_fusion=not on_cpu,
-        check_for_nan_in_grad=check_nan_in_grad,
+        check_for_nan_in_grad=train.nan_grad_check(cuda_graph.enabled),
+        # Megatron-LM reduces bf16 gradients in fp32 unless --grad-reduce-in-bf16 (arguments.py)
+        grad_reduce_in_fp32=train.precision == Precision.bf16 and not train.grad_reduce_in_bf16,
     )
 
 
-def optimizer_config(train: TrainConfig) -> OptimizerConfig:
+def optimizer_config(train: TrainConfig, fsdp: FsdpConfig) -> OptimizerConfig:
     """Our train section as megatron-core's OptimizerConfig (Adam, distributed optimizer)."""
     bf16 = train.precision == Precision.bf16
     return OptimizerConfig(
@@ -135,6 +149,7 @@ def optimizer_config(train: TrainConfig) -> OptimizerConfig:
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
         use_distributed_optimizer=True,
+        overlap_param_gather=fsdp.overlap_param_gather,  # as Megatron-LM's --overlap-param-gather
     )
 
 
@@ -215,9 +230,9 @@ def layer_spec_module(model: ModelConfig, config: TransformerConfig):
     return get_gpt_layer_local_spec(qk_layernorm=model.qk_layernorm, normalization=norm)
 
 
-def build_optimizer(wrapped, train: TrainConfig):
+def build_optimizer(wrapped, train: TrainConfig, fsdp: FsdpConfig):
     """megatron-core's DistributedOptimizer over the M-FSDP model, and its LR scheduler."""
-    optimizer = get_megatron_optimizer(optimizer_config(train), [wrapped])
+    optimizer = get_megatron_optimizer(optimizer_config(train, fsdp), [wrapped])
     decay_style = train.lr_schedule.value
     scheduler = OptimizerParamScheduler(
         optimizer,

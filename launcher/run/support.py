@@ -14,6 +14,7 @@ from launcher.config import (
     Config, ConfigError, CudaGraphConfig, CudaGraphImpl, FsdpConfig, LayerSpec, ModelConfig,
     ParallelConfig, ProfileKind,
 )
+from launcher.run.fusions import Kernels, resolve
 
 
 def transformer_engine_installed() -> bool:
@@ -62,11 +63,14 @@ def check_support(model: ModelConfig, parallel: ParallelConfig,
 
 
 def check_device(cfg: Config, device_type: str) -> None:
-    """Raises ConfigError for what the run's device cannot do on a CPU: NCCL user buffers, the
-    double buffers (Megatron-FSDP's pool allocates them on the CUDA device inside the backward
-    pass, where the CPU compatibility layer's device mapping does not reach), Nsight Systems'
-    window and the CUDA allocator's history."""
+    """Raises ConfigError for a fused kernel asked for and missing, and for what the run's device
+    cannot do on a CPU: NCCL user buffers, the double buffers (Megatron-FSDP's pool allocates them
+    on the CUDA device inside the backward pass, where the CPU compatibility layer's device
+    mapping does not reach), Nsight Systems' window and the CUDA allocator's history."""
     check_fsdp_device(cfg.fsdp, device_type)
+    # a fusion asked for (model.fusions.KEY=true) whose kernel this run lacks
+    resolve(cfg.model, layer_spec(cfg.model), cfg.train.precision, device_type == "cpu",
+            Kernels.here())
     if device_type != "cpu":
         return
     if cfg.profile.kind == ProfileKind.nsys:

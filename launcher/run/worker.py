@@ -134,14 +134,26 @@ def build_all(cfg, on_cpu):
     out of a CPU's reach (launcher.run.graphs)."""
     from launcher.run import build, graphs
 
-    tconfig = build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, on_cpu)
+    from launcher.run.support import layer_spec
+
+    tconfig = build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train,
+                                       layer_spec(cfg.model), run_fusions(cfg, on_cpu), on_cpu)
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
-    ddp = build.ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train.check_nan_in_grad, on_cpu)
+    ddp = build.ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train, on_cpu)
     model = build.build_model(cfg.model, cfg.parallel, tconfig, ddp, device,
                               graphs.wrapping_stream(cfg.cuda_graph))
-    optimizer, scheduler = build.build_optimizer(model, cfg.train)
+    optimizer, scheduler = build.build_optimizer(model, cfg.train, cfg.fsdp)
     tconfig.grad_scale_func = optimizer.scale_loss
     return model, optimizer, scheduler
+
+
+def run_fusions(cfg, on_cpu: bool):
+    """The fused kernels this run uses (launcher.run.fusions)."""
+    from launcher.run import fusions
+    from launcher.run.support import layer_spec
+
+    return fusions.resolve(cfg.model, layer_spec(cfg.model), cfg.train.precision, on_cpu,
+                           fusions.Kernels.here())
 
 
 def data_for(cfg, model, first_step: int, run_dir: str):
@@ -213,6 +225,9 @@ def print_start(cfg, model, devices, world_size, on_cpu, first_step):
           + (" through FullCudaGraphWrapper, not captured: a CPU runs it eagerly"
              if cfg.cuda_graph.enabled and on_cpu else "")
           + (f", from step {first_step}" if first_step > 1 else ""), flush=True)
+    off = run_fusions(cfg, on_cpu).start_line()
+    if off:
+        print(f"[launch] {off}", flush=True)
 
 
 def local_shard_numel(model) -> int:

@@ -8,21 +8,25 @@ if not torch.cuda.is_available():  # on a CUDA machine megatron imports as it is
     cpu_compat.activate()
 from launcher.run import build  # noqa: E402  (imports megatron after the CPU layer)
 from launcher.config import (  # noqa: E402
-    CudaGraphConfig, CudaGraphImpl, FsdpConfig, FsdpDtype, ModelConfig, ParallelConfig, Precision,
-    TrainConfig,
+    CudaGraphConfig, CudaGraphImpl, FsdpConfig, FsdpDtype, LayerSpec, ModelConfig, ParallelConfig,
+    Precision, TrainConfig,
 )
+from launcher.run.fusions import Fusions  # noqa: E402
+
+NO_FUSIONS = Fusions(masked_softmax=False, bias_activation=False, bias_dropout=False, rope=False,
+                     gradient_accumulation=False, persist_layer_norm=False)
 
 
 def test_prefetch_switch_maps_to_fsdp_all_gather_in_start_param_sync():
     for value in (True, False):
         ddp = build.ddp_config(FsdpConfig(prefetch_first_param_group=value), CudaGraphConfig(),
-                               check_nan_in_grad=False, on_cpu=True)
+                               TrainConfig(), on_cpu=True)
         assert ddp.fsdp_all_gather_in_start_param_sync is value
         assert ddp.use_megatron_fsdp and ddp.data_parallel_sharding_strategy == "optim_grads_params"
 
 
 def test_first_group_knobs_map_onto_megatron_with_megatron_lms_defaults():
-    ddp = build.ddp_config(FsdpConfig(), CudaGraphConfig(), False, on_cpu=True)
+    ddp = build.ddp_config(FsdpConfig(), CudaGraphConfig(), TrainConfig(), on_cpu=True)
     assert ddp.bucket_size is None and ddp.suggested_communication_unit_size is None
     assert ddp.nccl_ub is False and ddp.fsdp_double_buffer is False
     # Megatron-LM: --megatron-fsdp-main-params-dtype fp32, main-grads and grad-comm 'auto' (None)
@@ -31,7 +35,7 @@ def test_first_group_knobs_map_onto_megatron_with_megatron_lms_defaults():
     fsdp = FsdpConfig(bucket_size=8192, suggested_communication_unit_size=1000,
                       main_params_dtype=FsdpDtype.auto, main_grads_dtype=FsdpDtype.fp32,
                       grad_comm_dtype=FsdpDtype.bf16)
-    ddp = build.ddp_config(fsdp, CudaGraphConfig(), False, on_cpu=True)
+    ddp = build.ddp_config(fsdp, CudaGraphConfig(), TrainConfig(), on_cpu=True)
     assert ddp.bucket_size == 8192 and ddp.suggested_communication_unit_size == 1000
     assert ddp.megatron_fsdp_main_params_dtype is None
     assert ddp.megatron_fsdp_main_grads_dtype == torch.float32
@@ -41,18 +45,31 @@ def test_first_group_knobs_map_onto_megatron_with_megatron_lms_defaults():
 def test_graph_impl_sets_megatron_fsdp_cuda_graph_mode():
     graph = CudaGraphConfig(impl=CudaGraphImpl.full_iteration, warmup_steps=5)
     ddp = build.ddp_config(FsdpConfig(prefetch_first_param_group=False), graph,
-                           check_nan_in_grad=False, on_cpu=False)
+                           TrainConfig(), on_cpu=False)
     assert ddp.megatron_fsdp_cuda_graph_mode is True
     assert ddp.gradient_reduce_div_fusion is True
-    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), False, True) \
+    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), TrainConfig(), True) \
         .megatron_fsdp_cuda_graph_mode is False
 
 
 def test_nan_in_grad_check_maps_to_megatron_check_for_nan_in_grad():
     for value in (True, False):
-        ddp = build.ddp_config(FsdpConfig(), CudaGraphConfig(), check_nan_in_grad=value,
+        ddp = build.ddp_config(FsdpConfig(), CudaGraphConfig(), TrainConfig(check_nan_in_grad=value),
                                on_cpu=True)
         assert ddp.check_for_nan_in_grad is value
+    # null: Megatron-LM's default, on; off with a CUDA graph, where Megatron-LM refuses it
+    graph = CudaGraphConfig(impl=CudaGraphImpl.full_iteration)
+    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), TrainConfig(), True) \
+        .check_for_nan_in_grad is True
+    assert build.ddp_config(FsdpConfig(prefetch_first_param_group=False), graph, TrainConfig(),
+                            True).check_for_nan_in_grad is False
+
+
+def test_bf16_gradients_are_reduced_in_fp32_as_megatron_lm_does():
+    bf16 = TrainConfig(precision=Precision.bf16)
+    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), bf16, True).grad_reduce_in_fp32
+    in_bf16 = TrainConfig(precision=Precision.bf16, grad_reduce_in_bf16=True)
+    assert not build.ddp_config(FsdpConfig(), CudaGraphConfig(), in_bf16, True).grad_reduce_in_fp32
 
 
 def test_transformer_config_carries_model_and_graph_settings():
@@ -60,7 +77,8 @@ def test_transformer_config_carries_model_and_graph_settings():
                         activation="swiglu")
     graph = CudaGraphConfig(impl=CudaGraphImpl.full_iteration, warmup_steps=4)
     tc = build.transformer_config(model, ParallelConfig(), graph,
-                                  TrainConfig(precision=Precision.fp32), on_cpu=True)
+                                  TrainConfig(precision=Precision.fp32), LayerSpec.local,
+                                  NO_FUSIONS, on_cpu=True)
     assert (tc.num_layers, tc.num_query_groups, tc.ffn_hidden_size) == (3, 2, 256)
     assert tc.gated_linear_unit and tc.cuda_graph_impl == "full_iteration"
     assert tc.cuda_graph_warmup_steps == 4 and tc.params_dtype == torch.float32
@@ -81,7 +99,8 @@ def test_llama_moe_and_recompute_keys_reach_transformer_config_and_gpt_model():
                         recompute=RecomputeConfig(granularity=RecomputeGranularity.full,
                                                   method=RecomputeMethod.block, num_layers=2))
     config = build.transformer_config(model, ParallelConfig(expert_model_parallel_size=2),
-                                      CudaGraphConfig(), TrainConfig(), on_cpu=True)
+                                      CudaGraphConfig(), TrainConfig(), LayerSpec.local,
+                                      NO_FUSIONS, on_cpu=True)
     assert (config.kv_channels, config.add_bias_linear, config.qk_layernorm) == (32, False, True)
     assert (config.num_moe_experts, config.moe_ffn_hidden_size, config.moe_layer_freq) == \
         (4, 48, [0, 1, 1])
@@ -101,8 +120,8 @@ def test_hsdp_keys_reach_the_ddp_config():
 
     fsdp = FsdpConfig(num_distributed_optimizer_instances=4,
                       outer_dp_sharding_strategy=OuterSharding.optim)
-    ddp = build.ddp_config(fsdp, CudaGraphConfig(), False, on_cpu=True)
+    ddp = build.ddp_config(fsdp, CudaGraphConfig(), TrainConfig(), on_cpu=True)
     assert ddp.num_distributed_optimizer_instances == 4
     assert ddp.outer_dp_sharding_strategy == "optim"
-    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), False, True) \
+    assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), TrainConfig(), True) \
         .outer_dp_sharding_strategy == "no_shard"
