@@ -182,6 +182,28 @@ def seed_rngs(seed: int, graph_safe_rng: bool) -> None:
                                                     force_reset_rng=True)
 
 
+def warm_up_fusions(megatron_lm_flags: list) -> None:
+    """megatron.training's JIT warm-up (initialize.py set_jit_fusion_options), where pretrain
+    runs it: after seeding, before the model is built. It compiles the fused bias-GELU/SwiGLU and
+    bias-dropout-add functions for both grad modes before step 1, and its torch.rand draws
+    advance the CUDA generator as in Megatron-LM, so hidden-dropout masks come out the same.
+    It reads megatron.training's global args: they are parsed by megatron's own parser from the
+    run's Megatron-LM flags (launcher.run.megatron_lm) and unset after. GPU runs only: on a CPU
+    the compiled fusions are off, and compiling them costs 30-50 s a rank."""
+    import argparse
+
+    from megatron.training import global_vars
+    from megatron.training.arguments import add_megatron_arguments
+    from megatron.training.initialize import set_jit_fusion_options
+
+    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    global_vars.set_args(parser.parse_args(megatron_lm_flags))
+    try:
+        set_jit_fusion_options()
+    finally:
+        global_vars.set_args(None)
+
+
 def build_model(model: ModelConfig, parallel: ParallelConfig, config: TransformerConfig,
                 ddp: DistributedDataParallelConfig, device: torch.device, wrapping_stream
                 ) -> FullyShardedDataParallel:
