@@ -77,6 +77,10 @@ class RunSummary:
     steps_run: List[int] = field(default_factory=list)
     steady_state_steps: List[int] = field(default_factory=list)
     steady_state_step_times_s: List[float] = field(default_factory=list)
+    losses: List[float] = field(default_factory=list)
+    """Rank 0's training loss of each step in `steps_run`, as the step computed it (the mean over
+    microbatches and data-parallel ranks): what a sweep compares bit for bit against its
+    baseline (launcher.sweep.numerics). A resumed run holds the steps it ran after resuming."""
     tokens_per_step: int = 0
     flops_per_step: float = 0.0
     peak_flops: Optional[float] = None

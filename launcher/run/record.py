@@ -177,6 +177,7 @@ def summary(cfg: Config, config: dict, rates: Rates, log: StepLog, probe, captur
         torch_cuda_queued_calls=len(torch.cuda._queued_calls) if on_cpu else None,
         megatron_core_version=mcore_version, torch_version=torch.__version__,
         steps_run=[s["step"] for s in log.steps],
+        losses=[s["loss"] for s in log.steps],
         steady_state_steps=[s["step"] for s in steady],
         steady_state_step_times_s=times,  # the samples of a sweep's statistics
         tokens_per_step=rates.tokens_per_step, flops_per_step=rates.flops_per_step,

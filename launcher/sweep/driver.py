@@ -207,10 +207,10 @@ def print_tuned(results, master: DictConfig) -> None:
 
     choices = dict(master.hydra.runtime.choices)
     path = tuned.write(results, choices.get("recipe"), [k for k in choices if "/" not in k])
-    if path is None:
-        print("[sweep] tuned: no recipe written (no cell of the race finished ok)", flush=True)
-        return
     chosen, _, why = tuned.choose(results)
+    if path is None:
+        print(f"[sweep] tuned: no recipe written ({why})", flush=True)
+        return
     folder = results.plan.sweep_dir
     print(f"[sweep] the race ended: {results.race.ended or 'not yet (rounds left to run)'}",
           flush=True)

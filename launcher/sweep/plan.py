@@ -64,6 +64,8 @@ class Plan:
     min_repeats: int = 2
     memory_limit_gib: Optional[float] = None
     """The race drops cells whose measured peak memory is above it (launcher.sweep.race)."""
+    allow_numerics_change: bool = False
+    """The tuner may pick a cell that trains differently from the baseline (sweep.numerics)."""
 
     def cell(self, cell_id: str) -> Cell:
         return next(c for c in self.cells if c.id == cell_id)
@@ -255,7 +257,8 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     base_values = swept_values(master, dict(master.hydra.runtime.choices), keys)
     baseline = pick_baseline(cells, keys, sweep.baseline, base_values, master)
     return Plan(name, sweep_dir, keys, sweep.repeats, sweep.seed, baseline, group, cells,
-                sweep.tune, sweep.min_repeats, sweep.memory_limit_gib)
+                sweep.tune, sweep.min_repeats, sweep.memory_limit_gib,
+                sweep.allow_numerics_change)
 
 
 def dotted(tree: dict, prefix: str = "") -> dict:

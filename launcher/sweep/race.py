@@ -9,6 +9,9 @@ the cells left are all within noise of the best (each one's speedup interval aga
 runs on disk, round by round, so a resumed sweep continues the race where it stopped, the report
 shows the same drops, and a finished repeat never reruns.
 A cell whose run in a round failed leaves the race (its row says why); it is not retried.
+Unless sweep.allow_numerics_change, a cell whose run trains differently from the baseline's run of
+the same round (launcher.sweep.numerics) leaves the race too: the tuner would refuse it, so it
+must not set the bar the other cells are dropped against.
 """
 
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from launcher.sweep import stats
+from launcher.sweep.numerics import DIFFERENT, kind_of, max_rel_diff
 from launcher.summary import RunSummary, read as read_summary
 from launcher.sweep.plan import Plan, attempts
 
@@ -28,6 +32,8 @@ class Drop:
     round: int
     """The round after which the cell stopped running (it ran this many)."""
     reason: str
+    for_numerics: bool = False
+    """It trains differently from the baseline (the tuner would refuse it for that)."""
 
 
 @dataclass
@@ -88,12 +94,15 @@ def replay(plan: Plan) -> Race:
         outcome = {cell: repeat_outcome(plan, cell, round_ - 1) for cell in race.alive}
         if any(result is None for result in outcome.values()):
             return race  # this round has yet to run (in part)
+        baseline = outcome.get(plan.baseline)
         for cell, result in outcome.items():
             if isinstance(result, str):
                 race.dropped[cell] = Drop(round_, f"left the race in round {round_}: its run "
                                                   f"ended {result}")
             elif too_big := over_limit(result, plan.memory_limit_gib):
                 race.dropped[cell] = Drop(round_, too_big.format(round=round_))
+            elif changed := changes_numerics(result, baseline, plan.allow_numerics_change):
+                race.dropped[cell] = Drop(round_, changed.format(round=round_), for_numerics=True)
             else:
                 runs[cell].append(np.asarray(result.throughput_samples()))
         race.alive = [c for c in race.alive if c not in race.dropped]
@@ -117,6 +126,19 @@ def over_limit(summary: RunSummary, limit_gib: Optional[float]) -> str:
         return ""
     return (f"dropped after round {{round}}: its peak memory {peak / GIB:.3g} GiB is above "
             f"sweep.memory_limit_gib={limit_gib:g}")
+
+
+def changes_numerics(summary: RunSummary, baseline, allowed: bool) -> str:
+    """Why a run's cell leaves the race for training differently from the baseline's run of the
+    same round ({round} left to fill); "" where it trains like it, where that is allowed, or where
+    the baseline's run has nothing to compare (it failed, or left the race before)."""
+    if allowed or not isinstance(baseline, RunSummary) or summary is baseline:
+        return ""
+    diff = max_rel_diff(summary, baseline)
+    if diff is None or kind_of(diff) != DIFFERENT:
+        return ""
+    return (f"dropped after round {{round}}: it trains differently from the baseline (max rel "
+            f"diff {diff:.2g}); sweep.allow_numerics_change=true keeps it in the race")
 
 
 def repeat_outcome(plan: Plan, cell: str, repeat: int):

@@ -15,8 +15,8 @@ import io
 import os
 import sys
 
-from launcher.sweep.results import (HEADERS, ONE_RUN_NOTE, Results, collect, display,
-                                    significant, shown, write_tables)
+from launcher.sweep.results import (HEADERS, NUMERICS_NOTE, ONE_RUN_NOTE, Results, collect,
+                                    display, significant, shown, write_tables)
 from launcher.files import write_bytes_atomic, write_text_atomic
 from launcher.sweep.plan import short_names
 
@@ -324,7 +324,8 @@ def page(results: Results, svg: str) -> str:
         cls = ' class="baseline"' if row["baseline"] else ""
         cells = []
         for key in columns:
-            bad = key == "status" and not row["status"].startswith("ok")
+            bad = (key == "status" and not row["status"].startswith("ok")) or \
+                (key == "numerics" and row.get("numerics") == "different")
             text = esc(display(row, key))
             if key == "profile_trace" and row.get("profile_trace"):
                 text = f'<a href="{esc(row["profile_trace"])}">{text}</a>'
@@ -335,6 +336,7 @@ def page(results: Results, svg: str) -> str:
     svg_body = svg[svg.index("<svg"):]  # drop the XML prolog: the SVG is inline
     one_run = (f'\n<p class="bad">{esc(ONE_RUN_NOTE)}</p>'
                if any(r.get("step_noise_only") for r in results.rows) else "")
+    defects = "".join(f'\n<p class="bad">{esc(d.line)}</p>' for d in results.defects)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Sweep {esc(plan.name)}</title>
 <style>{STYLE}</style></head><body>
@@ -346,9 +348,17 @@ Throughput is the median over the steady-state steps of all repeats; intervals a
 <h2>Environment</h2><table>{env_rows or "<tr><td>no run has finished yet</td></tr>"}</table>
 <h2>Charts</h2>{svg_body}
 <h2>Results</h2><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>
+<p>{esc(NUMERICS_NOTE)}</p>{defects}
 <p>Sweep directory: {esc(os.path.abspath(plan.sweep_dir))}</p>
 </body></html>
 """
+
+
+def shows_numerics(row: dict) -> bool:
+    """Whether a console line shows its cell's losses against the baseline's: not the baseline's
+    own, nor a failed cell's `n/a` (its reason is on the line)."""
+    kind = row.get("numerics")
+    return kind not in (None, "baseline") and (kind != "n/a" or row["status"] == "ok")
 
 
 def print_results(results: Results, paths: list) -> None:
@@ -359,6 +369,8 @@ def print_results(results: Results, paths: list) -> None:
             line += f"  {row['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
         if row.get("speedup") is not None and not row["baseline"]:
             line += f"  speedup {display(row, 'speedup')}"
+        if shows_numerics(row):
+            line += f"  losses {display(row, 'numerics')}"
         if row["status"] not in ("ok", "pending"):
             line += f"  {row['reason']}"
         elif row.get("race", "").startswith("dropped"):
@@ -366,6 +378,8 @@ def print_results(results: Results, paths: list) -> None:
         print(line)
     if any(r.get("step_noise_only") for r in results.rows):
         print(f"[sweep] {ONE_RUN_NOTE}")
+    for defect in results.defects:
+        print(f"[sweep] {defect.line}")
     print("[sweep] report: " + ", ".join(paths), flush=True)
 
 

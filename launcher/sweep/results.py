@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from launcher.sweep import stats
+from launcher.sweep.numerics import CLOSE_REL_DIFF, Defect, add_numerics, from_row, switch_defects
 from launcher.sweep.race import Race, replay
 from launcher.sweep.switch import add_explanations, first_group_metrics
 from launcher.files import write_text_atomic
@@ -32,7 +33,8 @@ COLUMNS = (
     "switch_partner", "predicted_saving_ms", "measured_saving_ms", "measured_saving_ms_ci_low",
     "measured_saving_ms_ci_high", "measured_saving_step_noise_only", "profile_trace",
     "profile_step_ms", "profile_forward_backward_ms", "profile_optimizer_ms",
-    "profile_first_group_wait_ms", "final_loss", "reason", "log_excerpt", "run_dirs",
+    "profile_first_group_wait_ms", "final_loss", "numerics", "numerics_max_rel_diff",
+    "numerics_note", "reason", "log_excerpt", "run_dirs",
 )
 
 
@@ -45,6 +47,8 @@ class Results:
     environment: dict = field(default_factory=dict)
     race: Optional[Race] = None
     """A tuning sweep's race, replayed from disk (launcher.sweep.race); None otherwise."""
+    defects: List[Defect] = field(default_factory=list)
+    """Switch pairs whose losses are not identical (launcher.sweep.numerics)."""
 
     @property
     def columns(self) -> List[str]:
@@ -75,7 +79,7 @@ def cell_status(statuses: List[str]) -> str:
 
 def collect(plan: Plan) -> Results:
     results = Results(plan, [], race=replay(plan) if plan.tune else None)
-    samples, step_times = {}, {}
+    samples, step_times, repeats = {}, {}, {}
     for cell in plan.cells:
         row = {"cell": cell.id, "label": cell.label, **cell.values,
                "baseline": cell.id == plan.baseline, "reason": cell.reason}
@@ -85,6 +89,7 @@ def collect(plan: Plan) -> Results:
             continue
         rounds = results.race.rounds_of(cell.id, plan.repeats) if results.race else plan.repeats
         runs = [repeat_run(plan, cell, r) for r in range(rounds)]
+        repeats[cell.id] = [(status, summary) for status, summary, _ in runs]
         row["status"] = cell_status([status for status, _, _ in runs])
         row["run_dirs"] = " ".join(d for _, _, d in runs if d)
         ok = [s for status, s, _ in runs if status == "ok"]
@@ -105,6 +110,8 @@ def collect(plan: Plan) -> Results:
     add_speedups(results.rows, samples, plan.baseline)
     mark_pareto(results.rows)
     add_explanations(results.rows, plan.keys, step_times)
+    add_numerics(results.rows, repeats, plan.baseline)
+    results.defects = switch_defects(results.rows, plan.keys, repeats)
     return results
 
 
@@ -220,8 +227,8 @@ def write_tables(results: Results, folder: str) -> None:
     write_text_atomic(f"{folder}/results.md", markdown(results))
 
 
-SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "tflops_per_gpu", "mfu",
-         "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib",
+SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "numerics", "tflops_per_gpu",
+         "mfu", "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib",
          "peak_rss_mib", "pareto", "first_group_issued_in", "first_group_wait_ms",
          "first_group_wait_share", "predicted_saving_ms", "measured_saving_ms", "runs_ok", "race",
          "profile_trace", "reason")
@@ -236,7 +243,8 @@ def shown(results: Results) -> tuple:
 
 
 HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
-           "speedup": "speedup vs baseline [95% CI]", "tflops_per_gpu": "TFLOP/s/GPU",
+           "speedup": "speedup vs baseline [95% CI]", "numerics": "losses vs baseline",
+           "tflops_per_gpu": "TFLOP/s/GPU",
            "step_time_ms_p50": "step p50 (ms)", "step_time_ms_p90": "step p90 (ms)",
            "peak_allocated_mib": "peak allocated (MiB)", "peak_reserved_mib": "peak reserved (MiB)",
            "peak_rss_mib": "peak RSS (MiB)", "pareto": "throughput-memory front",
@@ -248,6 +256,10 @@ HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
            "measured_saving_ms": "measured saving (ms/step) [95% CI]"}
 
 
+NUMERICS_NOTE = (
+    "Losses vs baseline: every step's training loss against the baseline's at the same repeat: "
+    f"identical (bit-equal), close (largest relative difference below {CLOSE_REL_DIFF:g}) or "
+    "different; with several repeats, the worst.")
 STEP_NOISE_ONLY = "step noise only (1 run), not significant"
 ONE_RUN_NOTE = (
     "A cell with one ok run has an interval that holds step-to-step noise only: run-to-run drift "
@@ -268,6 +280,8 @@ def display(row: dict, key: str) -> str:
         noise = f", {STEP_NOISE_ONLY}" if row["measured_saving_step_noise_only"] else ""
         return (f"{row['measured_saving_ms']:.3g} [{row['measured_saving_ms_ci_low']:.3g}, "
                 f"{row['measured_saving_ms_ci_high']:.3g}] vs {row['switch_partner']}{noise}")
+    if key == "numerics" and from_row(row) is not None:
+        return from_row(row).label
     if key == "status" and row.get("cuda_graph_impl", "none") != "none" \
             and row.get("cuda_graph_captured") is False:
         return f"{row['status']} (CUDA graph not captured: ran eagerly)"
@@ -292,4 +306,5 @@ def markdown(results: Results) -> str:
     for row in results.rows:
         cells = [display(row, k).replace("|", "\\|").replace("\n", " ") for k in columns]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", NUMERICS_NOTE, *(text for d in results.defects for text in ("", d.line))]
     return "\n".join(lines) + "\n"

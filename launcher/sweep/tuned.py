@@ -6,7 +6,10 @@ cell's overrides (the swept values and what the command line fixed: what was mea
 groups as defaults overrides. The comments give the evidence: the speedup against the baseline
 with its interval, the runs of each cell, the device, the date and megatron-core's version. The
 chosen cell is the race's fastest survivor, unless it is within noise of the baseline (or is the
-baseline): then the baseline's values are kept, and the recipe says so.
+baseline): then the baseline's values are kept, and the recipe says so. Unless
+sweep.allow_numerics_change, only a cell that trains like the baseline (its losses identical or
+close, launcher.sweep.numerics) may be chosen: a faster cell refused for its losses is named in
+the recipe and on the console, and the fastest of the others (or the baseline) is kept.
 """
 
 import datetime
@@ -16,6 +19,7 @@ from typing import List, Optional
 import yaml
 
 from launcher.files import write_text_atomic
+from launcher.sweep.numerics import from_row
 from launcher.sweep.plan import UNMEASURED, bare_key
 from launcher.sweep.results import Results, display, significant
 
@@ -25,21 +29,62 @@ SKIPPED = ("hydra.", "recipe", *UNMEASURED)
 
 def choose(results: Results) -> tuple:
     """(the chosen row, the fastest surviving row, why): see the module's docstring."""
-    race = results.race
-    rows = [r for r in results.rows if r.get("tokens_per_s_per_gpu") is not None
-            and r["status"] == "ok" and (race is None or r["cell"] not in race.dropped)]
+    race, plan = results.race, results.plan
+    measured = [r for r in results.rows
+                if r.get("tokens_per_s_per_gpu") is not None and r["status"] == "ok"]
+    rows = [r for r in measured if race is None or r["cell"] not in race.dropped]
     if not rows:
         return None, None, "no cell of the race finished ok"
-    best = max(rows, key=lambda r: r["tokens_per_s_per_gpu"])
-    baseline = next((r for r in results.rows if r["baseline"]), None)
+    fastest = max(rows, key=throughput)
+    baseline = next((r for r in measured if r["baseline"]), None)
+    allowed = [r for r in rows if may_recommend(r, plan.allow_numerics_change)]
+    best = max(allowed, key=throughput) if allowed else baseline
+    # the cells the gate kept out, in the race or by it (not those it dropped for other reasons)
+    gated = [r for r in measured if race is None or r["cell"] not in race.dropped
+             or race.dropped[r["cell"]].for_numerics]
+    refused = [r for r in gated if not may_recommend(r, plan.allow_numerics_change)
+               and (best is None or throughput(r) > throughput(best))]
+    said = refusal(refused)
+    if best is None:
+        return None, fastest, (f"{said}; no cell that trains like the baseline finished ok: fix "
+                               "the baseline, or set sweep.allow_numerics_change=true")
+    chosen, why = against_baseline(best, baseline, others=bool(refused))
+    return chosen, fastest, f"{said}. {why}" if said else why
+
+
+def throughput(row: dict) -> float:
+    return row["tokens_per_s_per_gpu"]
+
+
+def may_recommend(row: dict, allow_numerics_change: bool) -> bool:
+    """Whether the tuner may pick a cell for its losses: it trains like the baseline (identical
+    or close, launcher.sweep.numerics), or sweep.allow_numerics_change allows any."""
+    numerics = from_row(row)
+    return allow_numerics_change or (numerics is not None and numerics.trains_like_baseline)
+
+
+def refusal(refused: list) -> str:
+    """The sentence naming the faster cells refused for their losses ("" for none)."""
+    if not refused:
+        return ""
+    cells = "; ".join(f"{r['label']} ({display(r, 'tokens_per_s_per_gpu')} tokens/s/GPU, losses "
+                      f"{display(r, 'numerics')})" for r in refused)
+    return (f"Refused for not training like the baseline (sweep.allow_numerics_change=false), "
+            f"though faster: {cells}")
+
+
+def against_baseline(best: dict, baseline: Optional[dict], others: bool) -> tuple:
+    """(the chosen row, why): `best` unless it is not significantly faster than the baseline.
+    `others`: faster cells were refused, so `best` is the fastest of the others."""
+    fastest = "the fastest of the others" if others else "the fastest cell"
     if best["baseline"]:
-        return best, best, "The baseline is the fastest cell"
-    if baseline is not None and baseline["status"] == "ok" and not significant(best):
+        return best, f"The baseline is {fastest}"
+    if baseline is not None and not significant(best):
         why = "one run on a side" if best["step_noise_only"] else "within noise"
-        return baseline, best, (f"The fastest cell, {best['label']}, is not significantly faster "
-                                f"than the baseline ({why}: speedup {display(best, 'speedup')}): "
-                                "the baseline's values are kept")
-    return best, best, f"The fastest cell: speedup {display(best, 'speedup')} against the baseline"
+        return baseline, (f"{fastest.capitalize()}, {best['label']}, is not significantly faster "
+                          f"than the baseline ({why}: speedup {display(best, 'speedup')}): "
+                          "the baseline's values are kept")
+    return best, f"{fastest.capitalize()}: speedup {display(best, 'speedup')} against the baseline"
 
 
 def recipe_text(results: Results, base: Optional[str], groups: List[str]) -> Optional[str]:
@@ -56,11 +101,13 @@ def recipe_text(results: Results, base: Optional[str], groups: List[str]) -> Opt
              *([f"# Memory limit: sweep.memory_limit_gib={plan.memory_limit_gib:g} (peak "
                 "reserved on a GPU, max RSS on a CPU); cells above it left the race."]
                if plan.memory_limit_gib is not None else []),
-             "# Runs per cell (tokens/s/GPU median, speedup against the baseline [95% CI]):"]
+             "# Runs per cell (tokens/s/GPU median, speedup against the baseline [95% CI], losses "
+             "against the baseline's):"]
     for row in results.rows:
         note = row.get("race") if row.get("race", "").startswith(("dropped", "left")) else ""
         lines.append(f"#   {display(row, 'label')}: {row.get('runs_ok', '0')} runs ok, "
-                     f"{display(row, 'tokens_per_s_per_gpu')}, {display(row, 'speedup')}"
+                     f"{display(row, 'tokens_per_s_per_gpu')}, {display(row, 'speedup')}, "
+                     f"losses {display(row, 'numerics')}"
                      + (f"; {note}" if note else "") if row["status"] != "invalid"
                      else f"#   {row['label']}: invalid ({row['reason']})")
     cell = plan.cell(chosen["cell"])

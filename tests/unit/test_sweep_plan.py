@@ -71,6 +71,14 @@ def test_cell_ids_change_with_what_is_measured_only():
     assert ids == {c.id for c in plan_for("sweep.repeats=5", "logging.wandb.tags=[a]").cells}
 
 
+def test_allow_numerics_change_reaches_the_plan_and_not_the_cell_ids():
+    """sweep.allow_numerics_change (default false) is the tuner's gate (launcher.sweep.tuned):
+    the plan carries it, and like every sweep setting it does not change what a cell measures."""
+    default, allowed = plan_for(), plan_for("sweep.allow_numerics_change=true")
+    assert not default.allow_numerics_change and allowed.allow_numerics_change
+    assert [c.id for c in default.cells] == [c.id for c in allowed.cells]
+
+
 def test_command_line_value_replaces_the_recipe_grid_for_that_key():
     plan = plan_for("cuda_graph.impl=none")
     assert plan.keys == ["fsdp.prefetch_first_param_group"]
