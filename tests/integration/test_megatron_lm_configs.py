@@ -1,0 +1,147 @@
+"""Config parity: for every recipe at full size, on a GPU with Transformer Engine and on one
+without, the launcher's TransformerConfig, DistributedDataParallelConfig and OptimizerConfig
+against what Megatron-LM's own path builds from the equivalent flags (the ones
+`runtime.print_megatron_lm=true` prints): megatron.training's parse_args and validate_args, then
+the builders pretrain uses (core_transformer_config_from_args, get_megatron_ddp_config,
+get_megatron_optimizer_config). Configs only, no training.
+
+Every field that differs must be a row of docs/megatron_lm_parity.md's table, and every row must
+still differ somewhere: a field megatron adds or changes fails here until it is listed.
+
+What stands in for the GPU here (this machine has none): torch.cuda.get_device_properties answers
+sm_90 (validate_args asks it with Megatron-FSDP), and for the Transformer Engine layout megatron's
+`rope_utils.fused_apply_rotary_pos_emb`, which Transformer Engine provides, is a placeholder
+(TransformerConfig only checks that it exists; nothing is run). Both sides see the same.
+"""
+
+import dataclasses
+import functools
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import make_config
+from launcher.cli import with_vocab
+from launcher.config import LayerSpec
+from launcher.run import fusions, megatron_lm
+
+pytestmark = pytest.mark.integration
+
+TABLE = Path(__file__).parents[2] / "docs" / "megatron_lm_parity.md"
+# recipe (and overrides): the world it is built for
+CASES = {"gpt": 8, "gpt_1p3b_1gpu_bf16": 1, "llama3_8b": 8, "llama3_70b": 64, "moe_small": 8,
+         "deepseek_v3_proxy": 128,
+         "gpt cuda_graph=full_iteration fsdp.prefetch_first_param_group=false": 8}
+LAYOUTS = {"transformer_engine": fusions.Kernels(True, False, False, False),
+           "local": fusions.Kernels(False, False, False, False)}
+
+
+def listed_differences() -> set:
+    """(config, field) of each row of the docs' table."""
+    rows = re.findall(r"^\| (\w+) \| `(\w+)` \|", TABLE.read_text(), flags=re.M)
+    assert rows, f"no table rows in {TABLE}"
+    return set(rows)
+
+
+def comparable(value):
+    """Callables by what they are (functools.partial with its arguments), the rest as they are."""
+    if isinstance(value, functools.partial):
+        return ("partial", comparable(value.func), tuple(map(comparable, value.args)),
+                tuple(sorted((k, comparable(v)) for k, v in value.keywords.items())))
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{value.__module__}.{value.__qualname__}"
+    return value
+
+
+def differences(name, ours, theirs) -> dict:
+    out = {}
+    for field in dataclasses.fields(theirs):
+        a, b = comparable(getattr(ours, field.name)), comparable(getattr(theirs, field.name))
+        if not (a == b if not isinstance(a, torch.Tensor) else torch.equal(a, b)):
+            out[(name, field.name)] = (a, b)
+    return out
+
+
+def gpu_stand_ins(monkeypatch, te: bool, world: int):
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: types.SimpleNamespace(
+        major=9, minor=0, name="sm_90", total_memory=80 << 30, multi_processor_count=132))
+    if te:
+        from megatron.core.models.common.embeddings import rope_utils
+
+        monkeypatch.setattr(rope_utils, "fused_apply_rotary_pos_emb", lambda *a, **k: None)
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setenv("RANK", "0")
+
+
+def megatron_lm_configs(flags, monkeypatch):
+    from megatron.training.argument_utils import core_transformer_config_from_args
+    from megatron.training.arguments import parse_args, validate_args
+    from megatron.training.training import get_megatron_ddp_config, get_megatron_optimizer_config
+
+    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *flags])
+    args = parse_args()
+    validate_args(args)
+    return (core_transformer_config_from_args(args), get_megatron_ddp_config(args),
+            get_megatron_optimizer_config(args)[0])
+
+
+def launcher_configs(cfg, spec, resolved):
+    from launcher.run import build
+
+    return (build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, spec,
+                                     resolved, on_cpu=False),
+            build.ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train, on_cpu=False),
+            build.optimizer_config(cfg.train, cfg.fsdp))
+
+
+def configs_differ(case: str, layout: str, monkeypatch) -> dict:
+    world = CASES[case]
+    name, *overrides = case.split()
+    cfg = with_vocab(make_config(f"+recipe={name}", *overrides))
+    spec = LayerSpec(layout)
+    resolved = fusions.resolve(cfg.model, spec, cfg.train.precision, False, LAYOUTS[layout])
+    gpu_stand_ins(monkeypatch, spec == LayerSpec.transformer_engine, world)
+    theirs = megatron_lm_configs(megatron_lm.flags(cfg, resolved, spec, False, world), monkeypatch)
+    ours = launcher_configs(cfg, spec, resolved)
+    out = {}
+    for kind, a, b in zip(("TransformerConfig", "DistributedDataParallelConfig",
+                           "OptimizerConfig"), ours, theirs):
+        out.update(differences(kind, a, b))
+    return out
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("case", list(CASES))
+def test_configs_are_megatron_lms_but_for_the_listed_fields(case, layout, monkeypatch):
+    unlisted = {k: v for k, v in configs_differ(case, layout, monkeypatch).items()
+                if k not in listed_differences()}
+    assert not unlisted, (f"{case} ({layout}): fields that differ from Megatron-LM's and are not "
+                          f"in {TABLE.name}'s table: {unlisted}")
+
+
+def test_every_listed_field_still_differs(monkeypatch):
+    seen = set()
+    for case in ("gpt", "moe_small"):
+        for layout in LAYOUTS:
+            with monkeypatch.context() as patch:
+                seen |= set(configs_differ(case, layout, patch))
+    assert listed_differences() - seen == set(), "rows of the table that no longer differ"
+
+
+def test_the_start_line_says_which_fusions_a_gpu_without_te_leaves_off():
+    cfg = with_vocab(make_config("+recipe=llama3_8b"))
+    resolved = fusions.resolve(cfg.model, LayerSpec.local, cfg.train.precision, False,
+                               LAYOUTS["local"])
+    assert resolved.bias_activation and resolved.bias_dropout  # megatron's own compiled kernels
+    assert resolved.start_line() == (
+        "fusions off: masked_softmax (needs Apex's scaled_masked_softmax_cuda for bf16); rope "
+        "(needs Transformer Engine); gradient_accumulation (needs Transformer Engine, or Apex's "
+        "fused_weight_gradient_mlp_cuda); persist_layer_norm (needs Transformer Engine, or Apex)")
+    with_te = fusions.resolve(cfg.model, LayerSpec.transformer_engine, cfg.train.precision, False,
+                              LAYOUTS["transformer_engine"])
+    assert with_te.start_line() == "fusions off: masked_softmax (needs Apex's " \
+        "scaled_masked_softmax_cuda for bf16)"
