@@ -56,6 +56,12 @@ CATALOGUE = [
      "must divide model.moe.num_experts=4"),
     (["+recipe=deepseek_v3_proxy_tiny_cpu", "runtime.nproc_per_node=2"],
      "fsdp.num_distributed_optimizer_instances=2 must divide the expert data-parallel size 1"),
+    # fused kernels asked for where they cannot run, or where they have nothing to fuse
+    (["model.fusions.gradient_accumulation=true"],
+     "model.fusions.gradient_accumulation=true cannot run on a CPU"),
+    (["model.fusions.rope=true"], "model.fusions.rope=true has no effect: "
+                                  "model.position_embedding=learned_absolute"),
+    (["model.hidden_dropout=1"], "model.hidden_dropout=1.0 must lie in [0, 1)"),
     # Megatron-FSDP knobs megatron would assert on, or a CPU cannot run
     (["fsdp.nccl_ub=true"], "set fsdp.double_buffer=true"),
     (["+recipe=tiny_cpu", "fsdp.nccl_ub=true", "fsdp.double_buffer=true"],

@@ -145,3 +145,27 @@ def test_the_start_line_says_which_fusions_a_gpu_without_te_leaves_off():
                               LAYOUTS["transformer_engine"])
     assert with_te.start_line() == "fusions off: masked_softmax (needs Apex's " \
         "scaled_masked_softmax_cuda for bf16)"
+
+
+def test_print_megatron_lm_prints_a_command_megatron_parses_and_starts_nothing(tmp_path,
+                                                                               monkeypatch):
+    import shlex
+
+    from conftest import run_launch
+
+    proc, run_dir = run_launch(tmp_path, "+recipe=llama3_8b_tiny_cpu",
+                               "fsdp.prefetch_first_param_group=false",
+                               "runtime.print_megatron_lm=true")
+    assert proc.returncode == 0, proc.stderr
+    assert not (run_dir / "summary.json").exists()
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("#")]
+    assert any("--prefetch-first-param-group false" in note for note in notes)
+    command = "\n".join(line for line in proc.stdout.splitlines() if not line.startswith("#"))
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[:4] == ["torchrun", "--nproc-per-node", "2", "pretrain_gpt.py"]
+    from megatron.training.arguments import parse_args
+
+    monkeypatch.setattr(sys, "argv", words[3:])
+    args = parse_args()
+    assert (args.num_layers, args.swiglu, args.bf16, args.hidden_dropout) == (2, True, True, 0.0)
+    assert args.distributed_backend == "gloo" and not args.bias_swiglu_fusion
