@@ -36,6 +36,7 @@ def build(args, on_cpu: bool):
                                num_attention_heads=args.heads, num_query_groups=args.heads,
                                ffn_hidden_size=args.ffn or 4 * args.hidden,
                                activation_func=F.gelu, hidden_dropout=0.0, attention_dropout=0.0,
+                               attention_softmax_in_fp32=False,
                                bf16=args.bf16, params_dtype=dtype, pipeline_dtype=dtype,
                                use_cpu_initialization=on_cpu)
     gpt = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(),
@@ -46,7 +47,9 @@ def build(args, on_cpu: bool):
         use_megatron_fsdp=True, use_distributed_optimizer=True,
         data_parallel_sharding_strategy="optim_grads_params",
         fsdp_all_gather_in_start_param_sync=args.prefetch == "true", overlap_grad_reduce=True,
-        overlap_param_gather=True, gradient_reduce_div_fusion=not on_cpu)
+        overlap_param_gather=True, gradient_reduce_div_fusion=not on_cpu,
+        # Megatron-LM's defaults, which the launcher now builds too (docs/megatron_lm_parity.md)
+        check_for_nan_in_grad=True, grad_reduce_in_fp32=args.bf16)
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
     model = FullyShardedDataParallel(config, ddp, gpt, device=device)
     config.finalize_model_grads_func = finalize_model_grads
