@@ -101,15 +101,20 @@ from megatron.core import mpu  # noqa: E402
 from megatron.core.datasets.blended_megatron_dataset_builder import (  # noqa: E402
     BlendedMegatronDatasetBuilder,
 )
-from megatron.core.datasets.gpt_dataset import GPTDatasetConfig, MockGPTDataset  # noqa: E402
+from megatron.core.datasets.gpt_dataset import (  # noqa: E402
+    GPTDataset,
+    GPTDatasetConfig,
+    MockGPTDataset,
+)
 from megatron.core.enums import ModelType  # noqa: E402
 from megatron.core.parallel_state import get_context_parallel_group  # noqa: E402
+from megatron.core.tokenizers.utils.build_tokenizer import build_tokenizer  # noqa: E402
 from megatron.core.utils import (  # noqa: E402
     get_attr_wrapped_model,
     get_batch_on_this_cp_rank,
     get_batch_on_this_tp_rank,
 )
-from megatron.training import get_args, get_timers, get_tokenizer, pretrain  # noqa: E402
+from megatron.training import get_args, get_timers, pretrain  # noqa: E402
 from megatron.training import initialize as mlm_initialize  # noqa: E402
 from megatron.training import training as mlm_training  # noqa: E402
 from megatron.training.argument_utils import (  # noqa: E402
@@ -117,7 +122,10 @@ from megatron.training.argument_utils import (  # noqa: E402
     pretrain_cfg_container_from_args,
 )
 from megatron.training.arguments import parse_and_validate_args  # noqa: E402
-from megatron.training.utils import is_first_or_last_pipeline_stage  # noqa: E402
+from megatron.training.utils import (  # noqa: E402
+    get_blend_and_blend_per_split,
+    is_first_or_last_pipeline_stage,
+)
 
 BATCH_KEYS = ("attention_mask", "labels", "loss_mask", "position_ids", "tokens")
 PREFIX = "megatron_lm_loop"
@@ -203,31 +211,90 @@ def forward_step(data_iterator, model):
     return output_tensor, partial(loss_func, batch["loss_mask"])
 
 
-def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None):
-    """Megatron-LM's mock GPT data (MockGPTDataset): synthetic documents, no files."""
-    args = get_args()
-    config = GPTDatasetConfig(
-        random_seed=args.seed, sequence_length=args.seq_length, blend=None,
-        blend_per_split=None, split=args.split, tokenizer=get_tokenizer(),
-        reset_position_ids=args.reset_position_ids,
-        reset_attention_mask=args.reset_attention_mask, eod_mask_loss=args.eod_mask_loss,
-        create_attention_mask=args.create_attention_mask_in_dataloader,
+def core_gpt_dataset_config_from_args(args):
+    """The dataset config, as pretrain_gpt.py's core_gpt_dataset_config_from_args builds it
+    (without its FIM and per-dataset-sequences options, which these runs leave off)."""
+    blend, blend_per_split = get_blend_and_blend_per_split(args)
+    return GPTDatasetConfig(
+        random_seed=args.seed, sequence_length=args.seq_length, blend=blend,
+        blend_per_split=blend_per_split, split=args.split,
+        multiple_validation_sets=args.multiple_validation_sets,
+        full_validation=args.full_validation,
         num_dataset_builder_threads=args.num_dataset_builder_threads,
         path_to_cache=args.data_cache_path, mmap_bin_files=args.mmap_bin_files,
+        tokenizer=build_tokenizer(args), reset_position_ids=args.reset_position_ids,
+        reset_attention_mask=args.reset_attention_mask, eod_mask_loss=args.eod_mask_loss,
+        create_attention_mask=args.create_attention_mask_in_dataloader,
+        object_storage_cache_path=args.object_storage_cache_path,
         mid_level_dataset_surplus=args.mid_level_dataset_surplus,
+        allow_ambiguous_pad_tokens=args.allow_ambiguous_pad_tokens,
+        fast_cache_load=args.dataloader_fast_cache_load,
+        defer_npy_index_mmap=args.dataloader_defer_npy_index_mmap,
         context_parallel_size=args.context_parallel_size,
         data_parallel_size=args.data_parallel_size,
-        sequence_parallel_size=args.tensor_model_parallel_size * args.sequence_parallel)
+        sequence_parallel_size=args.tensor_model_parallel_size * args.sequence_parallel,
+        hybrid_context_parallel=args.hybrid_context_parallel,
+        inter_document_masking=args.dataloader_inter_document_masking)
+
+
+def train_valid_test_datasets_provider(train_val_test_num_samples, vp_stage=None):
+    """pretrain_gpt.py's: GPTDataset over --data-path (blended and split by
+    BlendedMegatronDatasetBuilder), or MockGPTDataset with --mock-data; built on TP rank 0 of the
+    first and last pipeline stages."""
+    args = get_args()
+    dataset_type = MockGPTDataset if args.mock_data else GPTDataset
 
     def built_on_this_rank():
         return (mpu.get_tensor_model_parallel_rank() == 0
                 and is_first_or_last_pipeline_stage(vp_stage))
 
     return BlendedMegatronDatasetBuilder(
-        MockGPTDataset, train_val_test_num_samples, built_on_this_rank, config).build()
+        dataset_type, train_val_test_num_samples, built_on_this_rank,
+        core_gpt_dataset_config_from_args(args)).build()
 
 
 train_valid_test_datasets_provider.is_distributed = True  # as pretrain_gpt.py sets it
+
+
+class _StepRecord:
+    """Stands in for megatron.training.training.train_step, which train() looks up there on each
+    iteration: calls it, passes its return value through unchanged, and keeps each iteration's
+    'lm loss' (what train_step reduced: the global batch's summed token losses over its token
+    count, all-reduced over data-parallel ranks) and gradient norm (the optimizer step's, maxed
+    over model-parallel ranks), at full precision, where training_log prints 6 digits."""
+
+    def __init__(self, train_step):
+        self.train_step, self.losses, self.grad_norms = train_step, [], []
+
+    def __call__(self, *args, **kwargs):
+        returned = self.train_step(*args, **kwargs)
+        loss_reduced, grad_norm = returned[0], returned[5]
+        loss = loss_reduced.get("lm loss") if loss_reduced else None  # last pipeline stage
+        self.losses.append(None if loss is None else float(loss))
+        self.grad_norms.append(None if grad_norm is None else float(grad_norm))
+        return returned
+
+
+def keeping_cpu_rng(set_jit_fusion_options):
+    """megatron.training's set_jit_fusion_options with the CPU generator's state kept across it.
+
+    Its warm-up draws its inputs with torch.rand(..., device="cuda") and runs a dropout on them.
+    On a GPU those draws come from the CUDA generator, and the weights pretrain builds next are
+    not shifted by them (--use-cpu-initialization is off there: TP layers draw from megatron's RNG
+    tracker, position embeddings from the CPU generator). Under the CPU layer they come from the
+    CPU generator, which also initialises the weights (--use-cpu-initialization) and draws the
+    dropout masks: the run would start from other weights than a launcher run, which on a CPU
+    skips the warm-up (launcher/run/build.py warm_up_fusions runs it on a GPU only). Restoring the
+    state after the warm-up gives a CPU run the generator a GPU run's model build sees."""
+
+    def warm_up(*args, **kwargs):
+        state = torch.get_rng_state()
+        try:
+            return set_jit_fusion_options(*args, **kwargs)
+        finally:
+            torch.set_rng_state(state)
+
+    return warm_up
 
 
 class _LogTee:
@@ -269,8 +336,8 @@ def main():
         _refuse("--prefetch-first-param-group true cannot run with --cuda-graph-impl "
                 "full_iteration (megatron.training's get_megatron_ddp_config would silently "
                 "set it false)")
-    if not args.mock_data:
-        _refuse("this anchor runs on --mock-data only")
+    if not args.mock_data and args.data_path is None:
+        _refuse("give --mock-data, or --data-path PREFIX [--split ...] (an indexed dataset)")
     effective = getattr(mlm_training.get_megatron_ddp_config(args),
                         "fsdp_all_gather_in_start_param_sync", None)
     if asked is not None:
@@ -287,6 +354,8 @@ def main():
         # passes none, so on the CPU (only there) it is called with allow_no_cuda=True.
         mlm_training.initialize_megatron = partial(mlm_initialize.initialize_megatron,
                                                    allow_no_cuda=True)
+        mlm_training.set_jit_fusion_options = keeping_cpu_rng(mlm_training.set_jit_fusion_options)
+    steps = mlm_training.train_step = _StepRecord(mlm_training.train_step)
     # initialize_megatron's _compile_dependencies runs `make` in megatron/core/datasets/ to build
     # helpers_cpp; the wheel ships it prebuilt and no Makefile, so that `make` fails and exits. It
     # is imported to show it loads, and the build step is skipped.
@@ -313,6 +382,8 @@ def main():
         print(json.dumps({
             "iteration_times_s": [rows[i][0] for i in iterations],
             "tflops_per_gpu": [rows[i][1] for i in iterations],
+            "loss": steps.losses,
+            "grad_norm": steps.grad_norms,
             "tokens_per_iteration": args.global_batch_size * args.seq_length,
             "world_size": args.world_size,
         }), flush=True)
