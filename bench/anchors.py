@@ -21,6 +21,7 @@ CPU layer (bench/megatron_lm_loop.py says how).
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -73,37 +74,22 @@ def bare_loop_args(model: dict, train: dict, fsdp: dict, padded_vocab: int) -> L
     return args + (["--bf16"] if train["precision"] == "bf16" else [])
 
 
-def megatron_lm_args(model: dict, train: dict, fsdp: dict, graph: dict, device: str
-                     ) -> List[str]:
-    """Megatron-LM's own flags for the same GPT, batch, precision and M-FSDP settings."""
-    args = ["--num-layers", model["num_layers"], "--hidden-size", model["hidden_size"],
-            "--num-attention-heads", model["num_attention_heads"],
-            "--ffn-hidden-size", model["ffn_hidden_size"] or 4 * model["hidden_size"],
-            "--seq-length", model["seq_length"], "--max-position-embeddings", model["seq_length"],
-            "--vocab-size", model["vocab_size"] or model["mock_vocab_size"],
-            "--micro-batch-size", train["micro_batch_size"],
-            "--global-batch-size", train["global_batch_size"], "--train-iters", train["steps"],
-            "--lr", train["lr"], "--weight-decay", train["weight_decay"],
-            "--clip-grad", train["grad_clip"], "--seed", train["seed"],
-            "--prefetch-first-param-group", str(fsdp["prefetch_first_param_group"]).lower(),
-            "--cuda-graph-impl", graph["impl"], "--cuda-graph-warmup-steps", graph["warmup_steps"],
-            # Megatron-FSDP as the launcher's fsdp section (full sharding, both overlaps)
-            "--use-megatron-fsdp", "--data-parallel-sharding-strategy", fsdp["sharding_strategy"],
-            "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-            "--ckpt-format", "fsdp_dtensor",  # validate_args asks it of M-FSDP; nothing is saved
-            # the local layer spec, without Transformer Engine or Apex (megatron_lm_loop.py says
-            # why each is needed)
-            "--transformer-impl", "local", "--no-persist-layer-norm",
-            "--no-gradient-accumulation-fusion", "--no-masked-softmax-fusion",
-            "--mock-data", "--tokenizer-type", "NullTokenizer",
-            "--eval-iters", "0", "--eval-interval", train["steps"],
-            "--log-interval", "1", "--log-throughput"]
-    if train["precision"] == "bf16":
-        args.append("--bf16")
-    if device == "cpu":  # gloo, and the CPU layer the script loads there
-        args += ["--distributed-backend", "gloo", "--use-cpu-initialization",
-                 "--no-gradient-reduce-div-fusion"]
-    return [str(a) for a in args]
+def megatron_lm_args(overrides: List[str], fsdp: dict, log: Path, timeout: float
+                     ) -> Optional[List[str]]:
+    """Megatron-LM's flags for the same cell, both sides at their defaults: what `launch
+    OVERRIDES runtime.print_megatron_lm=true` prints (launcher/run/megatron_lm.py; the config
+    parity test holds the two configs equal but for docs/megatron_lm_parity.md's table): the
+    fusions on where this installation has them, off where it has not, on both sides. Then the
+    switch (megatron_lm_loop.py's flag) and a log line per iteration with its TFLOP/s."""
+    proc = run([launch_command(), *overrides, "runtime.print_megatron_lm=true"], log, timeout)
+    if proc.returncode != 0:
+        return None
+    command = "\n".join(l for l in proc.stdout.splitlines() if not l.startswith("#"))
+    words = shlex.split(command.replace("\\\n", " "))
+    flags = words[words.index("pretrain_gpt.py") + 1:]
+    switch = str(fsdp["prefetch_first_param_group"]).lower()
+    return flags + ["--prefetch-first-param-group", switch, "--log-interval", "1",
+                    "--log-throughput"]
 
 
 def rates(times: List[float], summary: dict) -> dict:
@@ -136,18 +122,20 @@ def measure(overrides: List[str], out: Path, timeout: float) -> dict:
             return result
         summary = json.loads((run_dir / "summary.json").read_text())
     cfg = summary["config"]
-    model, train, fsdp, graph = cfg["model"], cfg["train"], cfg["fsdp"], cfg["cuda_graph"]
+    model, train, fsdp = cfg["model"], cfg["train"], cfg["fsdp"]
     warmup = train["warmup_steps"]
     result.update(device=summary["device"], world_size=summary["world_size"],
                   flops_per_step=summary["flops_per_step"], peak_flops=summary["peak_flops"])
     result["runs"]["launch"] = {"status": "ok", **rates(summary["steady_state_step_times_s"],
                                                         summary)}
     padded = _padded(model["vocab_size"], cfg["parallel"]["tensor_model_parallel_size"])
+    mlm_flags = megatron_lm_args(overrides, fsdp, out / "anchor_megatron_lm_flags.log", timeout)
     anchors = {"bare_loop": torchrun("bare_loop.py", bare_loop_args(model, train, fsdp, padded)),
-               "megatron_lm": torchrun("megatron_lm_loop.py",
-                                       megatron_lm_args(model, train, fsdp, graph,
-                                                        summary["device"]))}
+               "megatron_lm": mlm_flags and torchrun("megatron_lm_loop.py", mlm_flags)}
     for name, command in anchors.items():
+        if command is None:
+            result["runs"][name] = {"status": "failed (launch runtime.print_megatron_lm=true)"}
+            continue
         proc = run(command, out / f"anchor_{name}.log", timeout)
         found = last_json(proc.stdout) if proc.returncode == 0 else None
         if found is None:

@@ -13,7 +13,9 @@ PYTHONPATH=.gpu-site and .gpu-site/bin first on PATH: nothing of the machine's o
 `--rehearse` builds that layout on a CPU machine: a venv holding torch and what the project takes
 from the image (its stand-in), then the same install and stages, a tiny CPU sweep and cell.
 
-Stages: [rehearse: wheels, image] install, imports, gpu_tests, sweep, report, anchors. OUT (the
+Stages: [rehearse: wheels, image] install, imports, gpu_tests, sweep, report, anchors,
+fusions_off (the anchors' cell with every fusion off: with the anchors' launch run at the
+defaults, the fusions-on/off pair; the screen prints both and their ratio). OUT (the
 device tool's $OUT where set) receives at most 7 files: gpu_check.json (every stage, what the
 imports found), results.md and report.html (the sweep's), anchors.json, summary.txt (the screen
 printed last) and logs.tar.gz (each stage's output, the sweep's and the anchors' logs).
@@ -38,6 +40,11 @@ REHEARSAL_VENV = ROOT / ".venv-rehearse"  # the rehearsal's stand-in for the mac
 GPU_SWEEP = ["+recipe=gpt_1p3b_1gpu_bf16", "fsdp.prefetch_first_param_group=true,false",
              "cuda_graph.impl=none,full_iteration"]  # 3 valid cells x 1 repeat of 14 steps
 GPU_CELL = ["+recipe=gpt_1p3b_1gpu_bf16"]  # the sweep's baseline: prefetch on, no graph
+# The cell with every fused kernel off: the anchors' launch run is the cell at its defaults (on
+# where installed), so the two make the fusions-on/off pair (docs/megatron_lm_parity.md).
+FUSIONS_OFF = [f"model.fusions.{key}=false" for key in (
+    "masked_softmax", "bias_activation", "bias_dropout", "rope", "gradient_accumulation",
+    "persist_layer_norm")]
 
 # Imports the machine's stack and says what it found, one JSON line.
 PROBE = """
@@ -142,7 +149,26 @@ def check_stages(args, python: str, bin_dir: Path, work: Path, needs: List[str])
         Stage("anchors", [python, "bench/anchors.py", "--out", str(work / "anchors"),
                           "--timeout", str(args.anchors_timeout), *cell],
               args.anchors_timeout, ["imports"]),
+        Stage("fusions_off", [str(bin_dir / "launch"), *cell, *FUSIONS_OFF,
+                              "logging.wandb.mode=disabled",
+                              f"hydra.run.dir={work / 'fusions_off'}"],
+              args.fusions_timeout, ["imports"]),
     ]
+
+
+def fusions_pair(work: Path) -> Optional[str]:
+    """The fusions-on/off line: the anchors' launch run (fusions at their defaults) against the
+    fusions_off stage's run of the same cell, tokens/s/GPU each."""
+    anchors, off = work / "anchors" / "anchors.json", work / "fusions_off" / "summary.json"
+    if not (anchors.exists() and off.exists()):
+        return None
+    on = json.loads(anchors.read_text())["runs"].get("launch", {}).get("tokens_per_s_per_gpu")
+    off = json.loads(off.read_text()).get("metrics", {}).get("tokens_per_s_per_gpu")
+    if not (on and off):
+        return None
+    return (f"[gpu_check] fusions: at their defaults {on:.0f} tokens/s/GPU (the anchors' launch "
+            f"run; its log's start line names any left off), all off {off:.0f}: "
+            f"on/off {on / off:.3f}")
 
 
 def stage_env(args, bin_dir: Path) -> dict:
@@ -189,6 +215,9 @@ def collect(stages: List[Stage], work: Path, out: Path, passed: bool, rehearse: 
     anchors = next((s for s in stages if s.name == "anchors"), None)
     if anchors and anchors.output:
         lines += [l for l in anchors.output.splitlines() if l.startswith(("|", "anchors on"))]
+    pair = fusions_pair(work)
+    if pair:
+        lines.append(pair)
     lines.append(f"[gpu_check] {'all stages passed' if passed else 'NOT all stages passed'}; "
                  f"files in {out}")
     screen = "\n".join(lines)
@@ -209,12 +238,14 @@ def main(argv=None) -> int:
                         help="the sweep and every log (default: sweeps/gpu_check_TIME)")
     parser.add_argument("--out", default=os.environ.get("OUT"),
                         help="the few files to keep (default: $OUT, else WORK/out)")
-    # On the GPU the limits add up to 530 s, within the 9 minutes the check may take: install 45,
-    # imports 30, GPU tier 150 (12 runs of the tiny GPT), sweep 150 (3 runs of the 1.3B GPT),
-    # report 20, anchors 135 (the 1.3B cell by launch, bare_loop and Megatron-LM's loop).
+    # On the GPU the limits add up to 590 s, within the 10 minutes a device call may take:
+    # install 45, imports 30, GPU tier 150 (12 runs of the tiny GPT), sweep 150 (3 runs of the
+    # 1.3B GPT), report 20, anchors 135 (the 1.3B cell by launch, bare_loop and Megatron-LM's
+    # loop), fusions_off 60 (the 1.3B cell once more).
     parser.add_argument("--tests-timeout", type=int, default=150)
     parser.add_argument("--sweep-timeout", type=int, default=150)
     parser.add_argument("--anchors-timeout", type=int, default=135)
+    parser.add_argument("--fusions-timeout", type=int, default=60)
     args = parser.parse_args(argv)
     args.wheels = str(Path(args.wheels).resolve())
     work = Path(args.work).resolve()

@@ -21,13 +21,15 @@ def test_a_sweep_cut_short_still_gets_its_report(tmp_path):
                            sys.prefix, "--cpu", "--sweep-timeout", "20", "--out", str(out),
                            "--work", str(tmp_path / "work"),
                            # runs too long to end within the limit on any machine
-                           "--cpu-steps", "100000", "--anchors-timeout", "3"],
+                           "--cpu-steps", "100000", "--anchors-timeout", "3",
+                           "--fusions-timeout", "3"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     record = json.loads((out / "gpu_check.json").read_text())
     status = {s["name"]: s["status"] for s in record["stages"]}
     assert status == {"imports": "ok", "gpu_tests": "ok", "sweep": "timeout (after 20 s)",
-                      "report": "ok", "anchors": "timeout (after 3 s)"}
+                      "report": "ok", "anchors": "timeout (after 3 s)",
+                      "fusions_off": "timeout (after 3 s)"}
     assert record["found"]["megatron_core"] and record["found"]["gpu"] is None
     assert record["found"]["apex"] is False and record["found"]["transformer_engine"] is False
     assert sorted(p.name for p in out.iterdir()) == [
