@@ -12,9 +12,11 @@ that need no torch, in the launch process), a rank's stack kept where a signal k
 writes (`outputs.py`: metrics.jsonl, wandb, TensorBoard); the classes a failure falls into
 (`failures.py`); the environment a run needs, checked and set before any rank starts
 (`environment.py`), and what this installation can build (`support.py`: Transformer Engine, the
-layer spec, context parallelism, grouped GEMM, MoE in graphs); and the dry-run estimate
+layer spec, context parallelism, grouped GEMM, MoE in graphs; `fusions.py`: the fused kernels a
+run uses); the run as Megatron-LM's command line (`megatron_lm.py`); and the dry-run estimate
 (`estimate.py`: the same arithmetic, without torch). It may import `config`, `data` and `files`,
 never `sweep`.
 torch and megatron are imported inside the modules that train, never by `ranks`, `failures`,
-`metrics`, `estimate`, `environment`, `support`, `resume` or `crashes`.
+`metrics`, `estimate`, `environment`, `support`, `fusions`, `megatron_lm`, `resume` or
+`crashes`.
 """
