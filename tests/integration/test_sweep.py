@@ -100,6 +100,13 @@ def test_results_hold_every_cell(sweep):
     markdown = (sweep_dir / "results.md").read_text()
     assert "ok (CUDA graph not captured: ran eagerly)" in markdown
     assert markdown.count("\n| prefetch_first_param_group=") == 4
+    # the switch moves an all-gather, not what a step computes: the pair's losses are bit-equal
+    assert rows[("true", "none")]["numerics"] == "baseline"
+    assert rows[("false", "none")]["numerics"] == "identical"
+    assert float(rows[("false", "none")]["numerics_max_rel_diff"]) == 0.0
+    # a CPU runs the graph cell eagerly through FullCudaGraphWrapper: the same steps, too
+    assert rows[("false", "full_iteration")]["numerics"] == "identical"
+    assert "defect" not in markdown
 
 
 def test_runs_are_grouped_and_tagged_for_wandb(sweep):
@@ -261,4 +268,7 @@ def test_a_sweep_prints_a_few_lines_per_run(sweep):
     assert sum("[launch] tensorboard" in line.lower() for line in lines) == 6
     assert not [line for line in lines if line.startswith(("step ", "wandb:"))]
     assert len(lines) <= 60, f"{len(lines)} lines:\n" + "\n".join(lines)
+    switch_off = next(line for line in lines if "tokens/s/GPU" in line
+                      and "prefetch_first_param_group=false, impl=none" in line)
+    assert "losses identical" in switch_off and not any("defect" in line for line in lines)
     assert "GPTModel IS DEPRECATED" not in proc.stdout + proc.stderr

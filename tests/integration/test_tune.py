@@ -55,6 +55,9 @@ def test_the_tuned_recipe_holds_the_winner_and_its_evidence(tuned):
     recipe = (folder / "recipe" / "tuned.yaml").read_text()
     assert recipe.startswith("# @package _global_\n")
     assert "# Chosen: micro_batch_size=8." in recipe and "megatron-core 0.19.2" in recipe
+    # one microbatch of 8 or eight of 1 compute the same step: the gate lets the winner through
+    assert re.search(r"#   micro_batch_size=8: .* losses (identical|close \(max rel diff )", recipe)
+    assert "Refused" not in recipe
     body = yaml.safe_load(recipe)
     assert body["defaults"] == ["tiny_cpu", "_self_"]
     assert body["train"]["micro_batch_size"] == 8 and "logging" not in body
