@@ -229,16 +229,15 @@ class Saver:
 
 def print_start(cfg, model, devices, world_size, on_cpu, first_step):
     hosts = f" on {len(devices)} hosts" if len(devices) > 1 else ""
+    off = run_fusions(cfg, on_cpu).start_line()  # Megatron-LM's fusions this run goes without
     print(f"[launch] {devices[socket.gethostname()][0]} x{world_size}{hosts}, "
           f"{type(model).__name__} ({cfg.fsdp.sharding_strategy.value}), "
           f"prefetch_first_param_group={cfg.fsdp.prefetch_first_param_group}, "
           f"cuda_graph.impl={cfg.cuda_graph.impl.value}"
           + (" through FullCudaGraphWrapper, not captured: a CPU runs it eagerly"
              if cfg.cuda_graph.enabled and on_cpu else "")
-          + (f", from step {first_step}" if first_step > 1 else ""), flush=True)
-    off = run_fusions(cfg, on_cpu).start_line()
-    if off:
-        print(f"[launch] {off}", flush=True)
+          + (f", from step {first_step}" if first_step > 1 else "")
+          + (f"; {off}" if off else ""), flush=True)
 
 
 def local_shard_numel(model) -> int:
