@@ -25,8 +25,7 @@ NO_FUSION = {"masked_softmax": "--no-masked-softmax-fusion",
              "persist_layer_norm": "--no-persist-layer-norm"}
 
 
-def flags(cfg: Config, fusions: Fusions, spec: LayerSpec, on_cpu: bool, world_size: int
-          ) -> List[str]:
+def flags(cfg: Config, fusions: Fusions, spec: LayerSpec, on_cpu: bool) -> List[str]:
     """`cfg` (vocabulary resolved: launch's with_vocab) as Megatron-LM's flags."""
     out = (model_flags(cfg, fusions, spec) + parallel_flags(cfg) + train_flags(cfg)
            + data_flags(cfg))
@@ -204,7 +203,7 @@ def notes(cfg: Config) -> List[str]:
 
 def command(cfg: Config, fusions: Fusions, spec: LayerSpec, on_cpu: bool, world_size: int) -> str:
     """The shell command: torchrun over pretrain_gpt.py, one flag per line, and the notes."""
-    args = flags(cfg, fusions, spec, on_cpu, world_size)
+    args = flags(cfg, fusions, spec, on_cpu)
     lines, current = [], []
     for arg in args:
         if arg.startswith("--") and current:

@@ -76,7 +76,7 @@ def _train(cfg, run_dir, rank, world_size, on_cpu, resume_from):
                         cfg.train.seed, cfg.runtime.timeout_s,
                         graph_safe_rng=cfg.cuda_graph.enabled)
     if not on_cpu:
-        build.warm_up_fusions(megatron_lm_flags(cfg, on_cpu, world_size))
+        build.warm_up_fusions(megatron_lm_flags(cfg, on_cpu))
     model, optimizer, scheduler = build_all(cfg, on_cpu)
     probe = FirstGroupProbe(model, timed=cfg.logging.measure_first_group)
     first_step = 1 + (load_checkpoint(resume_from, model, optimizer, scheduler, rank)
@@ -149,13 +149,12 @@ def build_all(cfg, on_cpu):
     return model, optimizer, scheduler
 
 
-def megatron_lm_flags(cfg, on_cpu: bool, world_size: int) -> list:
+def megatron_lm_flags(cfg, on_cpu: bool) -> list:
     """This run as Megatron-LM's flags (launcher.run.megatron_lm)."""
     from launcher.run import megatron_lm
     from launcher.run.support import layer_spec
 
-    return megatron_lm.flags(cfg, run_fusions(cfg, on_cpu), layer_spec(cfg.model), on_cpu,
-                             world_size)
+    return megatron_lm.flags(cfg, run_fusions(cfg, on_cpu), layer_spec(cfg.model), on_cpu)
 
 
 def run_fusions(cfg, on_cpu: bool):

@@ -105,7 +105,7 @@ def configs_differ(case: str, layout: str, monkeypatch) -> dict:
     spec = LayerSpec(layout)
     resolved = fusions.resolve(cfg.model, spec, cfg.train.precision, False, LAYOUTS[layout])
     gpu_stand_ins(monkeypatch, spec == LayerSpec.transformer_engine, world)
-    theirs = megatron_lm_configs(megatron_lm.flags(cfg, resolved, spec, False, world), monkeypatch)
+    theirs = megatron_lm_configs(megatron_lm.flags(cfg, resolved, spec, False), monkeypatch)
     ours = launcher_configs(cfg, spec, resolved)
     out = {}
     for kind, a, b in zip(("TransformerConfig", "DistributedDataParallelConfig",

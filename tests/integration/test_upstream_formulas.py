@@ -21,7 +21,8 @@ import pytest
 
 from conftest import make_config
 from launcher.cli import with_vocab
-from launcher.config import Activation, Normalization, PositionEmbedding, Precision
+from launcher.config import LayerSpec, Normalization, PositionEmbedding, Precision
+from launcher.run import fusions, megatron_lm
 from launcher.run.estimate import memory_per_gpu, num_parameters, padded_vocab
 from launcher.run.metrics import flops_per_step
 
@@ -32,32 +33,11 @@ RECIPES = {"gpt": 8, "llama3_8b": 8, "llama3_70b": 64, "moe_small": 8, "deepseek
 
 
 def megatron_lm_flags(cfg) -> list:
-    """The recipe's model as Megatron-LM's pretrain_gpt.py flags."""
-    m = cfg.model
-    flags = ["--num-layers", m.num_layers, "--hidden-size", m.hidden_size,
-             "--num-attention-heads", m.num_attention_heads, "--ffn-hidden-size", m.ffn_size,
-             "--seq-length", m.seq_length, "--kv-channels", m.head_channels,
-             "--normalization", m.normalization.value,
-             "--micro-batch-size", cfg.train.micro_batch_size,
-             "--global-batch-size", cfg.train.global_batch_size,
-             "--expert-model-parallel-size", cfg.parallel.expert_model_parallel_size,
-             "--position-embedding-type", m.position_embedding.value]
-    if m.num_query_groups:
-        flags += ["--group-query-attention", "--num-query-groups", m.num_query_groups]
-    if m.activation == Activation.swiglu:
-        flags.append("--swiglu")
-    if m.untie_embeddings:
-        flags.append("--untie-embeddings-and-output-weights")
-    if not m.add_bias_linear:
-        flags.append("--disable-bias-linear")
-    if m.moe.enabled:
-        flags += ["--num-experts", m.moe.num_experts, "--moe-router-topk", m.moe.router_topk,
-                  "--moe-ffn-hidden-size", m.expert_ffn_size,
-                  "--moe-layer-freq", str(m.moe.pattern(m.num_layers)).replace(" ", "")]
-        if m.moe.shared_expert_ffn_hidden_size:
-            flags += ["--moe-shared-expert-intermediate-size",
-                      m.moe.shared_expert_ffn_hidden_size]
-    return [str(f) for f in flags]
+    """The recipe as Megatron-LM's pretrain_gpt.py flags (runtime.print_megatron_lm's), for a GPU
+    without Transformer Engine."""
+    spec, none = LayerSpec.local, fusions.Kernels(False, False, False, False)
+    resolved = fusions.resolve(cfg.model, spec, cfg.train.precision, False, none)
+    return megatron_lm.flags(cfg, resolved, spec, False)
 
 
 def upstream_args(cfg, dp: int, monkeypatch):
