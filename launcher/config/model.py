@@ -71,6 +71,11 @@ class ModelConfig:
     attention_dropout: float = 0.1
     """Dropout of the attention probabilities (attention_dropout); 0.1, as Megatron-LM's
     --attention-dropout."""
+    init_method_std: float = 0.02
+    """Standard deviation of the weights' normal init (init_method_std); 0.02, as Megatron-LM's
+    --init-method-std. Megatron-Bridge's Llama 3 8B: 0.01, 70B: 0.008944, DeepSeek-V3: 0.006."""
+    norm_epsilon: float = 1e-5
+    """Epsilon of LayerNorm/RMSNorm (layernorm_epsilon); 1e-5, as Megatron-LM's --norm-epsilon."""
     attention_softmax_in_fp32: bool = False
     """Compute the attention softmax in fp32 when the model runs in bf16
     (attention_softmax_in_fp32); false, as Megatron-LM without --attention-softmax-in-fp32."""
@@ -108,6 +113,10 @@ class ModelConfig:
                 f"model.num_query_groups={groups} must divide "
                 f"model.num_attention_heads={self.num_attention_heads}; set a divisor or null"
             )
+        for key in ("init_method_std", "norm_epsilon"):
+            if not getattr(self, key) > 0:
+                raise ConfigError(f"model.{key}={getattr(self, key)} must be > 0; set a small "
+                                  "positive number")
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0 <= getattr(self, key) < 1:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must lie in [0, 1); set a "

@@ -67,6 +67,8 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
         hidden_dropout=model.hidden_dropout,
         attention_dropout=model.attention_dropout,
         attention_softmax_in_fp32=model.attention_softmax_in_fp32,
+        init_method_std=model.init_method_std,
+        layernorm_epsilon=model.norm_epsilon,
         **fusions.fields(),
         use_cpu_initialization=on_cpu,
         transformer_impl=spec.value,

@@ -43,7 +43,8 @@ def model_flags(cfg: Config, fusions: Fusions, spec: LayerSpec) -> list:
            "--max-position-embeddings", m.seq_length,
            "--transformer-impl", "transformer_engine" if spec == LayerSpec.transformer_engine
            else "local",
-           "--hidden-dropout", m.hidden_dropout, "--attention-dropout", m.attention_dropout]
+           "--hidden-dropout", m.hidden_dropout, "--attention-dropout", m.attention_dropout,
+           "--init-method-std", m.init_method_std, "--norm-epsilon", m.norm_epsilon]
     if m.normalization != Normalization.LayerNorm:
         out += ["--normalization", m.normalization.value]
     if m.num_query_groups:
