@@ -1,10 +1,12 @@
-"""Megatron-LM's own training loop, `megatron.training.pretrain`, on a GPT with mock data: the
-anchor that our launcher's throughput is compared against.
+"""Megatron-LM's own training loop, `megatron.training.pretrain`, on a GPT: the anchor that the
+launcher's throughput and losses are compared against.
 
 A short script of the shape of Megatron-LM's `pretrain_gpt.py` (tag core_v0.19.0, whose
 megatron/training/ is the one the megatron-core 0.19.2 wheel ships): a model provider, get_batch, a
-loss function, a forward step and a train/valid/test datasets provider on Megatron-LM's mock data
-(`MockGPTDataset`: no files, no network). Every argument is one of Megatron-LM's own flags, passed
+loss function, a forward step and a train/valid/test datasets provider, which as in pretrain_gpt.py
+builds GPTDataset over the indexed dataset of `--data-path PREFIX` (as `launch-prepare` writes one;
+blended and split by `--split` in BlendedMegatronDatasetBuilder), or with `--mock-data` Megatron-LM's
+`MockGPTDataset` (no files, no network). Every argument is one of Megatron-LM's own flags, passed
 unchanged to its parser, plus the one flag this script adds (`--prefetch-first-param-group`).
 
 A tiny model on one GPU (no Transformer Engine, no Apex):
@@ -28,14 +30,28 @@ three more flags of Megatron-LM's: `--distributed-backend gloo --use-cpu-initial
     .venv/bin/torchrun --standalone --nproc-per-node=1 bench/megatron_lm_loop.py [the flags
         above] --distributed-backend gloo --use-cpu-initialization --no-gradient-reduce-div-fusion
 
+A launcher run's own flags (real data, its model, schedule, seed and M-FSDP settings, and those
+three on a CPU) are what `launch ... runtime.print_megatron_lm=true` prints; given to this script
+with the run's switch, the two train loss for loss (tests/distributed/test_megatron_lm_losses.py,
+docs/megatron_lm_parity.md "Loss parity").
+
 What the script does besides calling pretrain (nothing else is changed):
 - megatron.training's initialize_megatron runs `make` in megatron/core/datasets/ to build the
   dataset helpers (initialize.py, _compile_dependencies). The wheel ships them prebuilt
   (helpers_cpp.*.so) and has no Makefile, so that `make` fails and megatron exits: the script
   imports the prebuilt module and makes compile_helpers a no-op.
+- megatron.training.training.train_step is wrapped to record what it returns (each iteration's
+  reduced 'lm loss' and gradient norm); the return value passes through unchanged.
 - On the CPU only: the CPU layer; torch.cuda.get_device_properties answers major=9 (validate_args
-  asks the device architecture with Megatron-FSDP; the CPU stands in for the H200's sm_90); and
-  pretrain's initialize_megatron is called with allow_no_cuda=True (it asserts CUDA otherwise).
+  asks the device architecture with Megatron-FSDP; the CPU stands in for the H200's sm_90);
+  pretrain's initialize_megatron is called with allow_no_cuda=True (it asserts CUDA otherwise);
+  every gloo group gets one worker thread, as the launcher's CPU ranks (launcher/run/gloo.py: a
+  heap race in torch 2.11's gloo, docs/crashes.md; no number changes); and the CPU generator's
+  state is kept across two steps of pretrain that draw from it, which is what a GPU run sees
+  (keeping_cpu_rng says why): megatron's JIT warm-up, set_jit_fusion_options, whose
+  torch.rand(..., device="cuda") inputs come from the CPU generator under the CPU layer and would
+  shift the weights built next, and building the data iterators, where each iter(DataLoader)
+  draws a seed from it and would shift every dropout mask.
 
 Flags needed without Transformer Engine and Apex, and why (megatron-core 0.19.2):
 - `--transformer-impl local`: the default is transformer_engine (arguments.py).
@@ -62,16 +78,21 @@ for it; see add_switch for the way it travels). Left out, megatron decides (True
 megatron.training sets it False under --cuda-graph-impl full_iteration), and the script prints the
 value in force either way. Refused (one line, exit 2; torchrun then exits 1): `true` with
 --cuda-graph-impl full_iteration, which megatron.training would silently turn False, and the flag
-without --use-megatron-fsdp, where it does nothing.
+without --use-megatron-fsdp, where it does nothing. Also refused: neither --mock-data nor
+--data-path.
 
 Output: megatron's own log, then, as the last line on rank 0's stdout, one JSON line
-{"iteration_times_s": [...], "tflops_per_gpu": [...], "tokens_per_iteration": B*s, "world_size": N}
-with the "elapsed time per iteration (ms)" and "throughput per GPU (TFLOP/s/GPU)" that
-megatron.training's training_log printed for each iteration (pass --log-interval 1 and
---log-throughput; without the latter tflops_per_gpu holds nulls). It prints them with one decimal
-(0.1 ms, 0.1 TFLOP/s). Mind what it measures: training_log does not reset its interval timer or
-iteration counter after iteration 1 (`is_first_iteration`), so its iteration-2 figure is the mean
-of iterations 1 and 2.
+{"iteration_times_s": [...], "tflops_per_gpu": [...], "loss": [...], "grad_norm": [...],
+"tokens_per_iteration": B*s, "world_size": N}. `loss` and `grad_norm`, one per iteration at full
+precision, are what train_step returned: the 'lm loss' it reduced (the global batch's summed token
+losses over its token count, all-reduced over data-parallel ranks) and the optimizer step's
+gradient norm (megatron reduces it through a float32 tensor, so it carries float32 precision).
+The times and TFLOP/s are the "elapsed time per iteration (ms)" and "throughput per GPU
+(TFLOP/s/GPU)" that megatron.training's training_log printed for each iteration (pass
+--log-interval 1 and --log-throughput; without the latter tflops_per_gpu holds nulls). It prints
+them with one decimal (0.1 ms, 0.1 TFLOP/s). Mind what it measures: training_log does not reset
+its interval timer or iteration counter after iteration 1 (`is_first_iteration`), so its
+iteration-2 figure is the mean of iterations 1 and 2.
 """
 
 import argparse
@@ -87,9 +108,12 @@ ON_CPU = not torch.cuda.is_available()
 if ON_CPU:
     # The CPU layer must be active before megatron is imported (it is never used with CUDA).
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from launcher.run import cpu_compat
+    from launcher.run import cpu_compat, gloo
 
     cpu_compat.activate()
+    # torch 2.11's gloo races when a group's two worker threads finish together (heap corruption:
+    # docs/crashes.md); one worker per group, as the launcher's CPU ranks, changes no number
+    gloo.use_one_worker_per_group()
     # validate_args asks get_device_arch_version() (torch.cuda.get_device_properties) with
     # Megatron-FSDP; the CPU stands in for the Hopper GPU (sm_90) that the anchor targets.
     torch.cuda.get_device_properties = lambda device=None: types.SimpleNamespace(
@@ -275,26 +299,36 @@ class _StepRecord:
         return returned
 
 
-def keeping_cpu_rng(set_jit_fusion_options):
-    """megatron.training's set_jit_fusion_options with the CPU generator's state kept across it.
+def keeping_cpu_rng(function):
+    """`function` (one of megatron.training.training's steps of pretrain) with the CPU generator's
+    state kept across it: on a CPU only, for the two steps of pretrain that draw from the CPU
+    generator where a GPU run draws from another generator or from one that nothing else uses.
 
-    Its warm-up draws its inputs with torch.rand(..., device="cuda") and runs a dropout on them.
-    On a GPU those draws come from the CUDA generator, and the weights pretrain builds next are
-    not shifted by them (--use-cpu-initialization is off there: TP layers draw from megatron's RNG
-    tracker, position embeddings from the CPU generator). Under the CPU layer they come from the
-    CPU generator, which also initialises the weights (--use-cpu-initialization) and draws the
-    dropout masks: the run would start from other weights than a launcher run, which on a CPU
-    skips the warm-up (launcher/run/build.py warm_up_fusions runs it on a GPU only). Restoring the
-    state after the warm-up gives a CPU run the generator a GPU run's model build sees."""
+    The CPU layer runs every kernel on the CPU, so the CPU generator is the one that initialises
+    the weights (--use-cpu-initialization) and draws every dropout mask; on a GPU the dropout masks
+    come from the CUDA generator and megatron's RNG tracker. Two of pretrain's steps draw from it:
+    - set_jit_fusion_options, after seeding and before the model is built: its warm-up draws its
+      inputs with torch.rand(..., device="cuda") and runs a dropout on them. On a GPU those draws
+      come from the CUDA generator and do not shift the weights built next (a GPU build draws TP
+      layers from megatron's RNG tracker, position embeddings from the CPU generator); under the
+      CPU layer they come from the CPU generator, and the weights would be others. A launcher run
+      on a GPU runs the same warm-up itself (launcher/run/build.py warm_up_fusions), so the CUDA
+      generator is where Megatron-LM's is; on a CPU it skips it.
+    - build_train_valid_test_data_iterators, after the model is built: each iter(DataLoader)
+      draws its workers' base seed from the CPU generator (torch's _BaseDataLoaderIter). On a GPU
+      no dropout mask comes from that generator; on a CPU every later mask would be shifted. The
+      launcher reads its samples by index, with no DataLoader.
+    Restoring the state after each gives a CPU run the generator that a GPU run's model build
+    and dropout see."""
 
-    def warm_up(*args, **kwargs):
+    def keeping(*args, **kwargs):
         state = torch.get_rng_state()
         try:
-            return set_jit_fusion_options(*args, **kwargs)
+            return function(*args, **kwargs)
         finally:
             torch.set_rng_state(state)
 
-    return warm_up
+    return keeping
 
 
 class _LogTee:
@@ -354,7 +388,8 @@ def main():
         # passes none, so on the CPU (only there) it is called with allow_no_cuda=True.
         mlm_training.initialize_megatron = partial(mlm_initialize.initialize_megatron,
                                                    allow_no_cuda=True)
-        mlm_training.set_jit_fusion_options = keeping_cpu_rng(mlm_training.set_jit_fusion_options)
+        for step in ("set_jit_fusion_options", "build_train_valid_test_data_iterators"):
+            setattr(mlm_training, step, keeping_cpu_rng(getattr(mlm_training, step)))
     steps = mlm_training.train_step = _StepRecord(mlm_training.train_step)
     # initialize_megatron's _compile_dependencies runs `make` in megatron/core/datasets/ to build
     # helpers_cpp; the wheel ships it prebuilt and no Makefile, so that `make` fails and exits. It
