@@ -32,15 +32,18 @@ class MockDataset:
 def microbatches(dataset, micro_batch_size: int, global_batch_size: int, dp_rank: int,
                  dp_size: int, fixed_batch: bool, device: torch.device, first_step: int = 1):
     """Yields this rank's microbatches forever, its share of each global batch from optimizer
-    step `first_step` on. A microbatch is a dict, as Megatron-LM's get_batch reads one and as
-    megatron-core's FullCudaGraphWrapper requires (its StaticBufferLoader copies dicts into the
-    graph's static buffers): `tokens`, `labels`, `loss_mask`, `position_ids`."""
-    per_rank = global_batch_size // dp_size
+    step `first_step` on, in Megatron-LM's order (megatron/training/datasets/data_samplers.py
+    MegatronPretrainingSampler): the global batch is read in runs of micro x dp samples, and rank
+    r's microbatch is the r-th micro_batch_size samples of each run. A microbatch is a dict, as
+    Megatron-LM's get_batch reads one and as megatron-core's FullCudaGraphWrapper requires (its
+    StaticBufferLoader copies dicts into the graph's static buffers): `tokens`, `labels`,
+    `loss_mask`, `position_ids`."""
+    per_run = micro_batch_size * dp_size
     step = first_step - 1
     while True:
         base = 0 if fixed_batch else step * global_batch_size
-        for first in range(0, per_rank, micro_batch_size):
-            items = [dataset[base + dp_rank * per_rank + first + j]
+        for run in range(0, global_batch_size, per_run):
+            items = [dataset[base + run + dp_rank * micro_batch_size + j]
                      for j in range(micro_batch_size)]
             tokens, labels, loss_mask = (
                 torch.stack([torch.as_tensor(item[key]) for item in items]).to(device)
