@@ -25,10 +25,6 @@ BIN = Path(sys.executable).parent
 STEPS = 30
 REL = 1e-6
 
-class LossesApart(AssertionError):
-    """A step whose loss or gradient norm is more than REL apart (and nothing else)."""
-
-
 CASES = [
     # GPT-2 twin, 1 rank, fp32, dropout on (hidden and attention), the switch on
     pytest.param(1, ["+recipe=tiny_cpu_text", "model.hidden_dropout=0.1",
@@ -128,5 +124,6 @@ def test_launcher_trains_loss_for_loss_like_megatron_lm(corpus, env, tmp_path, n
     worst = {key: max(r[4] for r in rows if r[1] == key) for key in ("loss", "grad_norm")}
     apart = [f"step {step} {key}: launcher {ours!r}, Megatron-LM {theirs!r} ({rel:.1e})"
              for step, key, ours, theirs, rel in rows if rel > REL]
-    if apart:
-        raise LossesApart(f"largest relative differences {worst}; " + "; ".join(apart[:8]))
+    print(f"largest relative differences over {STEPS} steps: loss {worst['loss']:.1e}, "
+          f"grad norm {worst['grad_norm']:.1e}")  # shown with pytest -s
+    assert not apart, f"largest relative differences {worst}; " + "; ".join(apart[:8])
