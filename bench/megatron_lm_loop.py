@@ -3,11 +3,12 @@ launcher's throughput and losses are compared against.
 
 A short script of the shape of Megatron-LM's `pretrain_gpt.py` (tag core_v0.19.0, whose
 megatron/training/ is the one the megatron-core 0.19.2 wheel ships): a model provider, get_batch, a
-loss function, a forward step and a train/valid/test datasets provider, which as in pretrain_gpt.py
-builds GPTDataset over the indexed dataset of `--data-path PREFIX` (as `launch-prepare` writes one;
-blended and split by `--split` in BlendedMegatronDatasetBuilder), or with `--mock-data` Megatron-LM's
-`MockGPTDataset` (no files, no network). Every argument is one of Megatron-LM's own flags, passed
-unchanged to its parser, plus the one flag this script adds (`--prefetch-first-param-group`).
+loss function, a forward step and a train/valid/test datasets provider, which as in
+pretrain_gpt.py builds GPTDataset over the indexed dataset of `--data-path PREFIX` (as
+`launch-prepare` writes one; blended and split by `--split` in BlendedMegatronDatasetBuilder), or
+with `--mock-data` Megatron-LM's `MockGPTDataset` (no files, no network). Every argument is one
+of Megatron-LM's own flags, passed unchanged to its parser, plus the one flag this script adds
+(`--prefetch-first-param-group`).
 
 A tiny model on one GPU (no Transformer Engine, no Apex):
 
