@@ -8,8 +8,9 @@ off and says so in the run's start line. What each needs (megatron-core 0.19.2):
   `scaled_masked_softmax_cuda` (transformer/fused_softmax.py); fp32 scores never take the kernel,
   so there the flag is harmless and stays on, as in Megatron-LM.
 - bias_activation, bias_dropout: megatron's own torch.compile functions (fusions/): they run
-  anywhere, but compiling them takes 30 to 50 s a rank on a 2-core CPU (measured here), so a CPU
-  run leaves them off unless asked.
+  anywhere, but compiling them takes 30 to 50 s a rank on a 2-core CPU (measured here; mostly
+  inductor probing the CPU's instruction sets, each probe a fresh Python importing torch), so a
+  CPU run leaves them off unless asked.
 - rope: Transformer Engine's fused_apply_rotary_pos_emb (TransformerConfig refuses it without).
 - gradient_accumulation: Transformer Engine's linear layers, or Apex's
   fused_weight_gradient_mlp_cuda under the local spec (tensor_parallel/layers.py raises without).
