@@ -2,11 +2,12 @@
 
 Owns the typed schema (one dataclass per config group: `model.py` for what is built, model,
 parallel, fsdp and cuda_graph, `layers.py`, its moe and recompute, and `fusions.py`, its fused
-kernels; `sections.py` for how it runs, train, data, logging, runtime and sweep; `profile.py`, the profiling window; `schema.py`:
-the root `Config`, the rules across sections and those that need the world size; `error.py`:
-ConfigError), the enums of its vocabulary (`choices.py`), and the one-line explanation of Hydra's composition errors
-(`explain.py`). It may import the standard library, omegaconf and hydra, and nothing else: no
-torch, no megatron, nothing from launcher's other stages. Every other stage imports it.
+kernels; `sections.py` for how it runs, train, data, logging, runtime and sweep; `profile.py`, the
+profiling window; `schema.py`: the root `Config`, the rules across sections and those that need the
+world size; `error.py`: ConfigError), the enums of its vocabulary (`choices.py`), and the one-line
+explanation of Hydra's composition errors (`explain.py`). It may import the standard library,
+omegaconf and hydra, and nothing else: no torch, no megatron, nothing from launcher's other stages.
+Every other stage imports it.
 """
 
 from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)

@@ -191,8 +191,8 @@ def notes(cfg: Config) -> List[str]:
     switch, graphs = cfg.fsdp.prefetch_first_param_group, cfg.cuda_graph.enabled
     if not switch and not graphs:
         out.append(
-            "fsdp.prefetch_first_param_group=false: pretrain_gpt.py has no flag for megatron-core's "
-            "fsdp_all_gather_in_start_param_sync (default true; megatron.training sets it false "
+            "fsdp.prefetch_first_param_group=false: pretrain_gpt.py has no flag for megatron-core"
+            "'s fsdp_all_gather_in_start_param_sync (default true; megatron.training sets it false "
             "only under --cuda-graph-impl full_iteration). Run bench/megatron_lm_loop.py of this "
             "repository with these flags and --prefetch-first-param-group false: it sets the field "
             "the way get_megatron_ddp_config reads every DDP field, from args.")

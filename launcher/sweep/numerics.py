@@ -25,7 +25,8 @@ dtype, a seed, a dropped term, a bug) moves it by 1e-2 or more within a few step
 between the two and below bf16's own rounding step (2^-8, about 3.9e-3), so a change that bf16
 could show in a loss is never called close."""
 
-IDENTICAL, CLOSE, DIFFERENT, BASELINE, UNCHECKED = "identical", "close", "different", "baseline", "n/a"
+IDENTICAL, CLOSE, DIFFERENT = "identical", "close", "different"
+BASELINE, UNCHECKED = "baseline", "n/a"
 TRAINS_LIKE_BASELINE = (IDENTICAL, CLOSE, BASELINE)
 
 
@@ -90,7 +91,8 @@ def compare_runs(runs: List[tuple], reference: List[tuple], who: str = "baseline
     per repeat index (a run that has not run yet: `pending`). `who` names the reference."""
     diffs, skipped = [], []
     for repeat, (status, summary) in enumerate(runs):
-        ref_status, ref_summary = reference[repeat] if repeat < len(reference) else ("pending", None)
+        ref_status, ref_summary = (reference[repeat] if repeat < len(reference)
+                                   else ("pending", None))
         if status != "ok":
             skipped.append(not_run("", repeat, status))
         elif ref_status != "ok":

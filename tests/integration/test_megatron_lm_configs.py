@@ -67,8 +67,9 @@ def differences(name, ours, theirs) -> dict:
 
 
 def gpu_stand_ins(monkeypatch, te: bool, world: int):
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: types.SimpleNamespace(
-        major=9, minor=0, name="sm_90", total_memory=80 << 30, multi_processor_count=132))
+    sm_90 = types.SimpleNamespace(major=9, minor=0, name="sm_90", total_memory=80 << 30,
+                                  multi_processor_count=132)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: sm_90)
     if te:
         from megatron.core.models.common.embeddings import rope_utils
 

@@ -54,8 +54,8 @@ def test_graph_impl_sets_megatron_fsdp_cuda_graph_mode():
 
 def test_nan_in_grad_check_maps_to_megatron_check_for_nan_in_grad():
     for value in (True, False):
-        ddp = build.ddp_config(FsdpConfig(), CudaGraphConfig(), TrainConfig(check_nan_in_grad=value),
-                               on_cpu=True)
+        train = TrainConfig(check_nan_in_grad=value)
+        ddp = build.ddp_config(FsdpConfig(), CudaGraphConfig(), train, on_cpu=True)
         assert ddp.check_for_nan_in_grad is value
     # null: Megatron-LM's default, on; off with a CUDA graph, where Megatron-LM refuses it
     graph = CudaGraphConfig(impl=CudaGraphImpl.full_iteration)
