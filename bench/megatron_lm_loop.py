@@ -362,6 +362,19 @@ def _refuse(reason):
     sys.exit(2)
 
 
+def switch_in_force(args, asked) -> str:
+    """The switch's value megatron.training will use, and where it comes from."""
+    effective = getattr(mlm_training.get_megatron_ddp_config(args),
+                        "fsdp_all_gather_in_start_param_sync", None)
+    if asked is not None:
+        source = "--prefetch-first-param-group"
+    elif args.cuda_graph_impl == "full_iteration" and args.use_megatron_fsdp:
+        source = "set by megatron.training's get_megatron_ddp_config for full_iteration graphs"
+    else:
+        source = "megatron-core default"
+    return f"fsdp_all_gather_in_start_param_sync={effective} ({source})"
+
+
 def main():
     args = parse_and_validate_args(extra_args_provider=add_switch)
     asked = getattr(args, "fsdp_all_gather_in_start_param_sync", None)
@@ -373,16 +386,8 @@ def main():
                 "set it false)")
     if not args.mock_data and args.data_path is None:
         _refuse("give --mock-data, or --data-path PREFIX [--split ...] (an indexed dataset)")
-    effective = getattr(mlm_training.get_megatron_ddp_config(args),
-                        "fsdp_all_gather_in_start_param_sync", None)
-    if asked is not None:
-        source = "--prefetch-first-param-group"
-    elif args.cuda_graph_impl == "full_iteration" and args.use_megatron_fsdp:
-        source = "set by megatron.training's get_megatron_ddp_config for full_iteration graphs"
-    else:
-        source = "megatron-core default"
     if args.rank == 0:
-        print(f"{PREFIX}: fsdp_all_gather_in_start_param_sync={effective} ({source})", flush=True)
+        print(f"{PREFIX}: {switch_in_force(args, asked)}", flush=True)
 
     if ON_CPU:
         # initialize_megatron asserts torch.cuda.is_available() unless allow_no_cuda; pretrain

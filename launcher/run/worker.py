@@ -75,8 +75,6 @@ def _train(cfg, run_dir, rank, world_size, on_cpu, resume_from):
     build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
                         cfg.train.seed, cfg.runtime.timeout_s,
                         graph_safe_rng=cfg.cuda_graph.enabled)
-    if not on_cpu:
-        build.warm_up_fusions(megatron_lm_flags(cfg, on_cpu))
     model, optimizer, scheduler = build_all(cfg, on_cpu)
     probe = FirstGroupProbe(model, timed=cfg.logging.measure_first_group)
     first_step = 1 + (load_checkpoint(resume_from, model, optimizer, scheduler, rank)
@@ -135,9 +133,10 @@ def build_all(cfg, on_cpu):
     the config keeps cuda_graph_impl on a CPU too (the model builds the same); only capture is
     out of a CPU's reach (launcher.run.graphs)."""
     from launcher.run import build, graphs
-
     from launcher.run.support import layer_spec
 
+    if not on_cpu:  # where megatron.training's pretrain warms its fusions up: before the build
+        build.warm_up_fusions(megatron_lm_flags(cfg, on_cpu))
     tconfig = build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train,
                                        layer_spec(cfg.model), run_fusions(cfg, on_cpu), on_cpu)
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
