@@ -325,6 +325,10 @@ class SweepConfig:
         if self.memory_limit_gib is not None and not self.memory_limit_gib > 0:
             raise ConfigError(f"sweep.memory_limit_gib={self.memory_limit_gib} must be more than "
                               "0; set it to the GiB a cell may use, or null for no limit")
+        if self.allow_numerics_change and not self.tune:
+            raise ConfigError("sweep.allow_numerics_change=true lets the tuner recommend a cell "
+                              "that trains differently, and this sweep does not tune; set "
+                              "sweep.tune=true, or remove sweep.allow_numerics_change")
         if self.memory_limit_gib is not None and not self.tune:
             raise ConfigError(f"sweep.memory_limit_gib={self.memory_limit_gib} drops cells from "
                               "the tuner's race, and this sweep does not race; set "

@@ -107,6 +107,8 @@ RULES = [
     (["logging.tensorboard.name=''"], r"set logging.tensorboard.name=null for its default"),
     (["sweep.memory_limit_gib=0", "sweep.tune=true"],
      r"sweep.memory_limit_gib=0.0 must be more than 0; set it to the GiB a cell may use"),
+    (["sweep.allow_numerics_change=true"],
+     r"sweep.allow_numerics_change=true lets the tuner .* set sweep.tune=true"),
     (["sweep.memory_limit_gib=40"],
      r"sweep.memory_limit_gib=40.0 drops cells from the tuner's race, and this sweep does not "
      r"race; set sweep.tune=true"),

@@ -74,7 +74,8 @@ def test_cell_ids_change_with_what_is_measured_only():
 def test_allow_numerics_change_reaches_the_plan_and_not_the_cell_ids():
     """sweep.allow_numerics_change (default false) is the tuner's gate (launcher.sweep.tuned):
     the plan carries it, and like every sweep setting it does not change what a cell measures."""
-    default, allowed = plan_for(), plan_for("sweep.allow_numerics_change=true")
+    default = plan_for("sweep.tune=true")
+    allowed = plan_for("sweep.tune=true", "sweep.allow_numerics_change=true")
     assert not default.allow_numerics_change and allowed.allow_numerics_change
     assert [c.id for c in default.cells] == [c.id for c in allowed.cells]
 
