@@ -54,7 +54,7 @@ class ModelConfig:
     rope_scaling: bool = False
     """Llama-3.1 frequency scaling of rope for long context (GPTModel rope_scaling)."""
     rope_scaling_factor: Optional[float] = None
-    """Its factor; null: megatron's 8.0. Needs model.rope_scaling=true."""
+    """The factor of model.rope_scaling; null: megatron's 8.0. Needs model.rope_scaling=true."""
     untie_embeddings: bool = False
     """An output layer of its own instead of the word embeddings' transpose
     (share_embeddings_and_output_weights=False, Megatron-LM --untie-embeddings-and-output-weights;
