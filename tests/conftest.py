@@ -92,30 +92,44 @@ def launch(tmp_path):
     return lambda *overrides: run_launch(tmp_path, *overrides)
 
 
-# The README's commands, each run once per session as a new user types it, from a folder holding
-# the checkout's .venv: test_readme.py runs every one; test_tune.py reads the README's tuning
-# sweep instead of racing one of its own.
+# The commands the docs show (README.md, then docs/*.md), each run once per session as a new user
+# types it, from a folder holding the checkout's .venv: test_readme.py runs every one; test_sweep.py
+# and test_tune.py read their sweeps there instead of running sweeps of their own.
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parent.parent
-SETUP = ("make ", ".venv/bin/python -m pytest")  # the two commands that make and test the .venv
+SETUP = ("make ", ".venv/bin/python -m pytest")  # the commands that make and test the .venv
 CPU_RUNS = ("+recipe=tiny_cpu ", "+recipe=tiny_cpu\n", "model=tiny", "sweep_tiny_cpu",
             "--help", "--cfg", "launch-prepare")
+# A benchmark a page shows (`.venv/bin/python bench/NAME.py ...`) runs with these options
+# appended (argparse keeps an option's last value): the same script and code path, a few steps.
+# A page that shows another benchmark fails its test until the script has its entry here.
+BENCH = ".venv/bin/python bench/"
+BENCH_SHORT = {"bench/stress.py": ["--runs", "1", "--steps", "3"]}
 
 
-def readme_commands() -> list:
-    """The indented shell lines of README.md (continuations joined), comments cut, in order."""
+def doc_pages() -> list:
+    """README.md, then docs/*.md in name order."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def doc_commands() -> list:
+    """The commands the docs show: the lines of README.md and docs/*.md indented by four spaces
+    that start with `.venv/bin/` or `make ` (continuations joined, `  #` comments cut), in page
+    order, each once (a command shown on two pages runs once); fenced blocks are not read. The
+    set-up and test commands (SETUP) are left out: running them is what runs these."""
     commands, current = [], None
-    for line in (ROOT / "README.md").read_text().splitlines():
-        if current is None and not re.match(r"^    (\.venv/bin/|make )", line):
-            continue
-        text = line.split("  #")[0].strip()
-        current = f"{current} {text}" if current else text
-        if current.endswith("\\"):
-            current = current[:-1].strip()
-        else:
-            commands.append(current)
-            current = None
-    return [c for c in commands if not c.startswith(SETUP)]
+    for page in doc_pages():
+        for line in page.read_text().splitlines():
+            if current is None and not re.match(r"^    (\.venv/bin/|make )", line):
+                continue
+            text = line.split("  #")[0].strip()
+            current = f"{current} {text}" if current else text
+            if current.endswith("\\"):
+                current = current[:-1].strip()
+            else:
+                commands.append(current)
+                current = None
+    return [c for c in dict.fromkeys(commands) if not c.startswith(SETUP)]
 
 
 def runs_on_a_cpu(command: str) -> bool:
@@ -126,28 +140,39 @@ def runs_on_a_cpu(command: str) -> bool:
 
 @pytest.fixture(scope="session")
 def user_home(tmp_path_factory):
-    """Where a user's shell is: the checkout's .venv at .venv, nothing else."""
+    """Where a user's shell is: the checkout's .venv at .venv and its bench/ (the scripts a
+    page's benchmark runs), nothing else."""
     folder = tmp_path_factory.mktemp("user")
     (folder / ".venv").symlink_to(VENV)
+    (folder / "bench").symlink_to(ROOT / "bench")
     return folder
 
 
+def as_tested(command: str) -> list:
+    """The argv a doc command runs as in the tests: verbatim where a CPU runs it; a benchmark with
+    its BENCH_SHORT options appended; anything else (a GPU, a cluster, the prepared dataset) with
+    `runtime.dry_run=true` appended, which passes it through every pre-flight check."""
+    args = command.split()
+    if command.startswith(BENCH):
+        if args[1] not in BENCH_SHORT:
+            pytest.fail(f"{command}: a benchmark the docs show needs its short options in "
+                        "tests/conftest.py BENCH_SHORT")
+        return args + BENCH_SHORT[args[1]]
+    return args if runs_on_a_cpu(command) else args + ["runtime.dry_run=true"]
+
+
 @pytest.fixture(scope="session")
-def readme_command(user_home):
-    """run(command) -> the completed process of a README command, run once in this session:
-    verbatim where a CPU runs it, else with `runtime.dry_run=true` appended, which passes it
-    through every pre-flight check."""
+def doc_command(user_home):
+    """run(command) -> the completed process of a doc command (`as_tested`), run once in this
+    session."""
     done = {}
 
     def run(command: str) -> subprocess.CompletedProcess:
         if command not in done:
-            args = command.split()
-            if not runs_on_a_cpu(command):
-                args.append("runtime.dry_run=true")
             env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
             env["HOME"] = str(user_home / "home")
-            done[command] = subprocess.run(args, cwd=user_home, env=env, capture_output=True,
-                                           text=True, timeout=900)
+            done[command] = subprocess.run(as_tested(command), cwd=user_home, env=env,
+                                           capture_output=True, text=True, timeout=900)
         return done[command]
 
     return run

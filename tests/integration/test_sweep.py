@@ -13,19 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import read_hparams, readme_commands
+from conftest import doc_commands, read_hparams
 
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
-README_SWEEP = ".venv/bin/launch -m +recipe=sweep_tiny_cpu"
+DOCS_SWEEP = ".venv/bin/launch -m +recipe=sweep_tiny_cpu"
 REFUSED = ("true", "full_iteration")
 
 
 def launch_sweep(sweep_dir):
-    """The README's sweep command again, into the same sweep folder."""
+    """docs/sweeps.md's CPU sweep command again, into the same sweep folder."""
     env = dict(os.environ, WANDB_SILENT="true", HOME=str(sweep_dir.parent / "home"))
-    return subprocess.run([str(BIN / "launch"), *README_SWEEP.split()[1:],
+    return subprocess.run([str(BIN / "launch"), *DOCS_SWEEP.split()[1:],
                            f"hydra.sweep.dir={sweep_dir}"],
                           capture_output=True, text=True, timeout=900, env=env,
                           cwd=sweep_dir.parent)
@@ -43,11 +43,11 @@ def summaries(sweep_dir):
 
 
 @pytest.fixture(scope="module")
-def sweep(readme_command, user_home):
-    """The README's CPU sweep (test_readme.py's run of it is this one): 4 cells, one refused,
+def sweep(doc_command, user_home):
+    """docs/sweeps.md's CPU sweep (test_readme.py's run of it is this one): 4 cells, one refused,
     2 repeats of 12 steps, wandb offline and TensorBoard, as the sweep_tiny_cpu recipe says."""
-    assert README_SWEEP in readme_commands()
-    proc = readme_command(README_SWEEP)
+    assert DOCS_SWEEP in doc_commands()
+    proc = doc_command(DOCS_SWEEP)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = re.search(r"\[sweep\] report: .*?([^\s,]+)/report\.html", proc.stdout).group(1)
     return proc, user_home / report  # the sweep's folder, as printed (relative to the user's)
@@ -255,7 +255,7 @@ def test_shrunk_gpt_recipe_sweeps_in_bf16_with_its_graph_cell_through_the_wrappe
 
 
 def test_a_sweep_prints_a_few_lines_per_run(sweep):
-    """The README's sweep as a user sees it (wandb not silenced from outside): the plan, then
+    """docs/sweeps.md's sweep as a user sees it (wandb not silenced from outside): the plan, then
     a few lines a run, then the results."""
     proc, _ = sweep
     lines = proc.stdout.splitlines()

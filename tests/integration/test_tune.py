@@ -1,7 +1,7 @@
-"""`launch -m ... sweep.tune=true` as the README shows it, run on the CPU (once: test_readme.py's
-run of it is this one): a grid with a clear loser (one microbatch per forward against eight, at
-the same global batch) is raced, the loser stops after round 2, the tuned recipe is written and
-runs; the same command again runs nothing."""
+"""`launch -m ... sweep.tune=true` as docs/sweeps.md shows it, run on the CPU (once:
+test_readme.py's run of it is this one): a grid with a clear loser (one microbatch per forward
+against eight, at the same global batch) is raced, the loser stops after round 2, the tuned recipe
+is written and runs; the same command again runs nothing."""
 
 import os
 import re
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import readme_commands
+from conftest import doc_commands
 
 pytestmark = pytest.mark.integration
 
@@ -28,9 +28,9 @@ def launch(folder, *args):
 
 
 @pytest.fixture(scope="module")
-def tuned(readme_command, user_home):
-    assert TUNE in readme_commands()  # what the README shows, verbatim
-    proc = readme_command(TUNE)
+def tuned(doc_command, user_home):
+    assert TUNE in doc_commands()  # what docs/sweeps.md shows, verbatim
+    proc = doc_command(TUNE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     folder = re.search(r"run it: launch --config-dir (\S+) \+recipe=tuned", proc.stdout).group(1)
     return proc, user_home / folder  # the sweep's folder, as printed (relative to the user's)

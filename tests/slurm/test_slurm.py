@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import doc_commands
+
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,16 +76,16 @@ def cell_ids(sweep_dir, key):
     return {c["values"][key]: c["id"] for c in plan["cells"]}
 
 
-def readme_slurm_sweep() -> list:
-    """The README's Slurm sweep on CPU nodes, as a user copies it."""
-    (line,) = [l.strip() for l in (ROOT / "README.md").read_text().splitlines()
-               if l.startswith("    .venv/bin/launch -m ") and "gpus_per_node=0" in l]
-    return line.split()[1:]
+def docs_slurm_sweep() -> list:
+    """docs/clusters.md's Slurm sweep on CPU nodes, as a user copies it."""
+    (command,) = [c for c in doc_commands()
+                  if c.startswith(".venv/bin/launch -m ") and "gpus_per_node=0" in c]
+    return command.split()[1:]
 
 
 def test_the_readme_prefetch_by_graph_sweep_runs_on_two_cpu_tasks_per_job(cluster, tmp_path):
     sweep_dir = tmp_path / "sweep"
-    command = [LAUNCH, *readme_slurm_sweep(), "sweep.name=pxg", f"hydra.sweep.dir={sweep_dir}"]
+    command = [LAUNCH, *docs_slurm_sweep(), "sweep.name=pxg", f"hydra.sweep.dir={sweep_dir}"]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path,
                           env=dict(cluster, HOME=str(tmp_path / "home")))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,5 +1,5 @@
 """summary.json as a typed value: what the launch process writes reads back the same, a failure
-reads back as one, and the README lists every field the dataclasses have."""
+reads back as one, and docs/outputs.md lists every field the dataclasses have."""
 
 import dataclasses
 import json
@@ -33,8 +33,8 @@ def test_a_failure_reads_back_as_one_and_a_missing_file_as_none(tmp_path):
     assert summary.read(str(tmp_path / "nowhere")) is None
 
 
-def test_the_readme_names_every_field_of_summary_json():
-    readme = (ROOT / "README.md").read_text()
+def test_the_outputs_page_names_every_field_of_summary_json():
+    page = (ROOT / "docs" / "outputs.md").read_text()
     for kind in (RunSummary, RunMetrics, RunFailure):
-        missing = [f.name for f in dataclasses.fields(kind) if f"`{f.name}`" not in readme]
-        assert not missing, f"README.md does not name {kind.__name__}'s {missing}"
+        missing = [f.name for f in dataclasses.fields(kind) if f"`{f.name}`" not in page]
+        assert not missing, f"docs/outputs.md does not name {kind.__name__}'s {missing}"
