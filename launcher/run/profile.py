@@ -85,8 +85,12 @@ class Window:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
+        else:
+            quiet_kineto_without_cuda()
+        # acc_events: one window is one profiling cycle, so keeping events across cycles changes
+        # nothing; without it torch warns at every start that it clears them between cycles.
         self.profiler = torch.profiler.profile(activities=activities,
-                                               with_stack=self.cfg.with_stack)
+                                               with_stack=self.cfg.with_stack, acc_events=True)
         self.profiler.start()
 
     def _stop(self) -> None:
@@ -102,6 +106,20 @@ class Window:
         if self.cfg.memory:
             torch.cuda.memory._dump_snapshot(memory_path(self.run_dir, self.rank))
             torch.cuda.memory._record_memory_history(enabled=None)  # no cost after the window
+
+
+def quiet_kineto_without_cuda() -> None:
+    """Where no CUDA device is usable, kineto (torch.profiler's library, built with CUDA) still
+    asks the driver for the device count when it writes a trace's device properties, and logs
+    `ERROR: ... DeviceProperties.cpp:48] gpuGetDeviceCount failed with code 35` (no driver) once
+    per profiled rank: an error about GPUs a CPU run never asked for (its activities are CPU
+    only; leaving CUDA out does not stop the query). KINETO_LOG_LEVEL, which kineto reads once
+    when it first starts (here, the profiler's start), set to 5 (above its ERROR level 4) keeps
+    that line off the console. It also hides whatever else kineto would log in this process, so
+    it is set only on this path, and a value the user set (to debug kineto) is kept. A CPU
+    trace does not depend on kineto's log: it is moved into place and read back for the step's
+    breakdown (Window._stop, step_breakdown), which fail loudly where kineto wrote none."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 
 def window_for(cfg: Config, rank: int, run_dir: str) -> Optional[Window]:

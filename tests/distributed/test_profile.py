@@ -3,6 +3,7 @@ a user opens in Perfetto, read with the standard library, and what the run says 
 
 import gzip
 import json
+import re
 
 import pytest
 
@@ -49,6 +50,15 @@ def test_the_run_says_where_its_trace_is_and_what_opens_it(profiled):
     assert (run_dir / "profile" / "rank1.json.gz").exists() == (switch == "true")
     assert summary["profile"]["steps"] == WINDOW
     assert summary["profile"]["files"][0] == "profile/rank0.json.gz"
+
+
+def test_a_cpu_trace_leaves_no_error_or_warning_on_the_console(profiled):
+    """kineto's `ERROR: ... gpuGetDeviceCount failed with code 35` on a machine without CUDA
+    (launcher.run.profile.quiet_kineto_without_cuda), and torch's warning that it clears events
+    between profiling cycles (a window is one cycle), on no profiled rank."""
+    _, proc, _, _, _, _ = profiled
+    assert not re.search(r"^ERROR", proc.stdout + proc.stderr, re.M), proc.stderr[-3000:]
+    assert "gpuGetDeviceCount" not in proc.stderr and "Profiler clears events" not in proc.stderr
 
 
 def test_the_trace_holds_exactly_the_window_and_the_named_ranges(profiled):
