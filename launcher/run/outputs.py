@@ -11,6 +11,7 @@ none reads the environment (wandb itself reads the WANDB_* variables its logger 
 
 import json
 import os
+import shlex
 from typing import Optional
 
 from launcher.files import unwritable, write_text_atomic
@@ -54,8 +55,9 @@ class TensorboardLogger:
         self._writer = SummaryWriter(log_dir=folder)
         text = OmegaConf.to_yaml(OmegaConf.create(config))
         self._writer.add_text("config", "    " + text.replace("\n", "\n    "))  # markdown code
-        print(f"[launch] tensorboard: {folder}; look at it with `tensorboard --logdir {folder}`",
-              flush=True)
+        # quoted: a sweep's run names hold spaces and `#`, which a shell would cut
+        print(f"[launch] tensorboard: {folder}; look at it with "
+              f"`tensorboard --logdir {shlex.quote(folder)}`", flush=True)
 
     def log(self, metrics: dict, step: int) -> None:
         for key, value in metrics.items():
@@ -92,9 +94,11 @@ def hparam_values(config: dict, keys: list) -> dict:
 
 
 class WandbLogger:
-    """Rank 0's wandb run; every wandb file stays under the run directory."""
+    """Rank 0's wandb run; every wandb file stays under the run directory. `announce`: a line on
+    where it is and what looks at it (a sweep says that once for all its runs instead)."""
 
-    def __init__(self, wandb_cfg, run_dir: str, config: dict, name: str, job_type: str = "train"):
+    def __init__(self, wandb_cfg, run_dir: str, config: dict, name: str, job_type: str = "train",
+                 announce: bool = True):
         wandb_dir = os.path.join(run_dir, "wandb")
         os.makedirs(wandb_dir, exist_ok=True)
         # wandb reads these at init; without them it also writes under the home directory.
@@ -110,8 +114,18 @@ class WandbLogger:
             settings=wandb.Settings(silent=not wandb_cfg.verbose),
         )
         self._wandb = wandb
-        if not wandb_cfg.verbose:
+        if announce and not wandb_cfg.verbose:
             print(f"[launch] wandb: {where(self._run)}", flush=True)
+
+    @property
+    def group_url(self) -> Optional[str]:
+        """The web page of the run's group (a sweep's runs side by side); None offline."""
+        if self._run.settings.mode == "offline" or not self._run.group or \
+                not self._run.project_url:
+            return None
+        from urllib.parse import quote
+
+        return f"{self._run.project_url}/groups/{quote(self._run.group, safe='')}"
 
     def log(self, metrics: dict, step: int) -> None:
         self._run.log(metrics, step=step)

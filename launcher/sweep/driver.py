@@ -3,12 +3,15 @@
 Called by the Hydra sweeper plugin (hydra_plugins/launch_sweeper). Each job is launched through
 whatever hydra/launcher is configured (basic: one after another in this process, each job's ranks
 in fresh processes; submitit: Slurm jobs). The results are read back from the runs' summary.json,
-so they are the same whichever launcher ran them.
+so they are the same whichever launcher ran them. The console shows a line per job and, at the
+end, where to look at every run (launcher.sweep.console); a job's own output is in its folder.
 """
 
+import contextlib
 import os
 import sys
-from typing import List
+import time
+from typing import List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -16,7 +19,9 @@ from launcher.config import ConfigError
 from launcher.sweep.plan import (
     Plan, SweepError, bare_key, build_plan, has_ok_run, run_dir, schedule,
 )
+from launcher.summary import read as read_summary
 from launcher.sweep import submit
+from launcher.sweep.console import CONSOLE_LOG, dashboard_lines, output_to, run_result, run_title
 from launcher.sweep.race import replay
 from launcher.sweep.slurm import is_submitit
 from launcher.sweep.submit import JobEnded
@@ -129,17 +134,55 @@ def job_name(plan: Plan, cell, repeat: int, attempt: int) -> str:
     return f"{plan.name}/{cell.id}/repeat{repeat}" + (f"/attempt{attempt}" if attempt else "")
 
 
-def launch_round(launcher, plan: Plan, master: DictConfig, round_, job_index: int) -> list:
-    """Each run's JobReturn, or the exception that ended it."""
+def run_round(launcher, plan: Plan, master: DictConfig, round_, first: int, total: int) -> None:
+    """Runs a round's jobs; each leaves a summary (record_crash's where it wrote none) and one
+    console line (launcher.sweep.console). `first`: how many jobs ran before the round."""
     batch = [job_overrides(plan, master, cell, r, n) for cell, r, n in round_]
+    folders = [run_dir(plan.sweep_dir, cell.id, r, n) for cell, r, n in round_]
+    titles = [run_title(first + i + 1, total, cell.label, r, n)
+              for i, (cell, r, n) in enumerate(round_)]
+    if is_submitit(master.hydra.launcher):
+        try:
+            ended = submit.launch(launcher, batch, first, [job_name(plan, *job) for job in round_],
+                                  master.sweep.pending_limit_min)
+        except Exception as err:  # noqa: BLE001  a launcher that raises fails its round only
+            ended = [(err, None)] * len(batch)
+        for title, folder, (job_return, log) in zip(titles, folders, ended):
+            record_crash(folder, job_return)
+            print(title + run_result(read_summary(folder), None, log), flush=True)
+        return
+    for index, (title, folder, overrides) in enumerate(zip(titles, folders, batch), start=first):
+        run_here(launcher, overrides, index, title, folder,
+                 captured=master.logging.print_steps is not True)
+
+
+def run_here(launcher, overrides: List[str], index: int, title: str, folder: str,
+             captured: bool) -> None:
+    """One job through a launcher that runs it in this process (Hydra's basic), its output into
+    its folder's console.log unless not `captured` (logging.print_steps=true asked for the runs'
+    own consoles); its line's start is shown while it runs, its result when it ends."""
+    log = os.path.join(folder, CONSOLE_LOG) if captured else None
+    if captured:
+        print(title, end="", flush=True)
+    start = time.monotonic()
     try:
-        if is_submitit(master.hydra.launcher):
-            return submit.launch(launcher, batch, job_index,
-                                 [job_name(plan, *job) for job in round_],
-                                 master.sweep.pending_limit_min)
-        return launcher.launch(batch, initial_job_idx=job_index)
-    except Exception as err:  # noqa: BLE001  a launcher that raises fails its round, not the sweep
-        return [err] * len(batch)
+        with output_to(log) if captured else contextlib.nullcontext():
+            job_return = launch_one(launcher, overrides, index)
+    except BaseException:  # an interrupt: what follows starts on a line of its own
+        print(flush=True)
+        raise
+    record_crash(folder, job_return)
+    print(("" if captured else title)
+          + run_result(read_summary(folder), time.monotonic() - start, log), flush=True)
+
+
+def launch_one(launcher, overrides: List[str], index: int):
+    """The job's JobReturn, or the exception that ended it (a launcher that raises fails the
+    job, not the sweep)."""
+    try:
+        return launcher.launch([overrides], initial_job_idx=index)[0]
+    except Exception as err:  # noqa: BLE001
+        return err
 
 
 def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
@@ -169,6 +212,7 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
     plan.save()
     OmegaConf.save(master, os.path.join(plan.sweep_dir, "multirun.yaml"))
     job_index, launcher = 0, None
+    total = sum(len(round_) for round_ in rounds)  # a tuning sweep's race may end sooner
     for round_ in rounds:
         if plan.tune:  # the race so far, from what is on disk: who still runs
             race = replay(plan)
@@ -178,10 +222,8 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
         if not round_:
             continue
         launcher = launcher or make_launcher()
-        returns = launch_round(launcher, plan, master, round_, job_index)
+        run_round(launcher, plan, master, round_, job_index, total)
         job_index += len(round_)
-        for (cell, r, n), job_return in zip(round_, returns):
-            record_crash(run_dir(plan.sweep_dir, cell.id, r, n), job_return)
     # A rerun that ran nothing logs no second wandb table.
     return finish(plan, master, log=job_index > 0 or not reported)
 
@@ -192,9 +234,13 @@ def finish(plan: Plan, master: DictConfig, log: bool) -> int:
 
     results = collect(plan)
     paths = write_all(results)
-    if log:
-        log_table(results, master)
+    wandb_page = log_table(results, master) if log else None
     print_results(results, paths)
+    tensorboard = master.logging.tensorboard
+    for line in dashboard_lines(plan.sweep_dir, tensorboard.dir if tensorboard.enabled else None,
+                                plan.wandb_group, wandb_page,
+                                any(r.get("profile_trace") for r in results.rows)):
+        print(line, flush=True)
     if plan.tune:
         print_tuned(results, master)
     failed = [r for r in results.rows if r["status"] not in ("ok", "invalid")]
@@ -218,18 +264,22 @@ def print_tuned(results, master: DictConfig) -> None:
     print(f"[sweep] run it: launch --config-dir {folder} +recipe=tuned", flush=True)
 
 
-def log_table(results, master: DictConfig) -> None:
-    """The results as a wandb Table, in one more run of the sweep's group."""
+def log_table(results, master: DictConfig) -> Optional[str]:
+    """The results as a wandb Table, in one more run of the sweep's group; returns the group's
+    web page (None offline, or with wandb off)."""
     from launcher.config import WandbConfig, WandbMode
     from launcher.run.outputs import WandbLogger
 
     wandb_cfg: WandbConfig = OmegaConf.to_object(master.logging.wandb)
     if wandb_cfg.mode == WandbMode.disabled:
-        return
+        return None
     wandb_cfg.group = results.plan.wandb_group
     columns = results.columns
+    # its whereabouts are in the sweep's last lines (console.dashboard_lines), not a line of its own
     logger = WandbLogger(wandb_cfg, results.plan.sweep_dir, {"sweep": results.plan.name},
-                         f"{results.plan.name}-results", job_type="sweep_results")
+                         f"{results.plan.name}-results", job_type="sweep_results", announce=False)
     logger.log_table("sweep/results", columns,
                      [[row.get(c) for c in columns] for row in results.rows])
+    page = logger.group_url
     logger.close()
+    return page

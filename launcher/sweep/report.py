@@ -12,6 +12,7 @@ from the table. Text stays text in the SVG, so the page is searchable.
 
 import html
 import io
+import logging
 import os
 import sys
 
@@ -40,6 +41,9 @@ def write_all(results: Results) -> list:
 def draw(results: Results):
     import matplotlib
 
+    # A sweep's process logs through Hydra's console handler at INFO: matplotlib's first import
+    # under a new HOME would add `[HYDRA] generated new fontManager` (its font cache) to it.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.fonttype"] = "none"  # keep labels as <text>
     from matplotlib import pyplot as plt

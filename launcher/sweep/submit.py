@@ -61,7 +61,8 @@ class RankTask:
 def launch(launcher, batch: Sequence[List[str]], first_index: int, names: Sequence[str],
            pending_limit_min: float) -> list:
     """Submits each run of the round as its own job, waits for all, and returns per job its
-    JobReturn or the exception that ended it (JobEnded for what Slurm ended)."""
+    JobReturn or the exception that ended it (JobEnded for what Slurm ended), with the path of
+    its rank 0's output (submitit's log; None where it was not submitted)."""
     from hydra.core.singleton import Singleton
 
     Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -79,8 +80,8 @@ def launch(launcher, batch: Sequence[List[str]], first_index: int, names: Sequen
         print(f"[sweep] submitted job {job.job_id}: {name}", flush=True)
         submitted.append(Submitted(job, name, time.monotonic()))
     wait([s for s in submitted if s.job], launcher._EXECUTOR == "slurm", 60 * pending_limit_min)
-    return [outcome(s, launcher.params.get("timeout_min"), launcher._EXECUTOR == "slurm")
-            for s in submitted]
+    return [(outcome(s, launcher.params.get("timeout_min"), launcher._EXECUTOR == "slurm"),
+             str(s.job.paths.stdout) if s.job else None) for s in submitted]
 
 
 def refused(name: str, err: Exception) -> Submitted:

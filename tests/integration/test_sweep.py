@@ -219,6 +219,9 @@ def test_a_cell_refused_at_run_time_does_not_stop_the_others(tmp_path):
                            "logging.tensorboard.enabled=true", f"hydra.sweep.dir={sweep_dir}"],
                           capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # its run's console line says why, as the results do
+    assert re.search(r"^\[sweep\] \d/\d+ .*repeat 0: invalid: runtime\.device=cuda but no CUDA "
+                     r"device is visible; set runtime\.device=cpu or auto$", proc.stdout, re.M)
     with open(sweep_dir / "results.csv") as f:
         rows = {r["runtime.device"]: r for r in csv.DictReader(f)}
     assert rows["cuda"]["status"] == "invalid"
@@ -254,21 +257,42 @@ def test_shrunk_gpt_recipe_sweeps_in_bf16_with_its_graph_cell_through_the_wrappe
     assert "ok (CUDA graph not captured: ran eagerly)" in (sweep_dir / "results.md").read_text()
 
 
-def test_a_sweep_prints_a_few_lines_per_run(sweep):
-    """docs/sweeps.md's sweep as a user sees it (wandb not silenced from outside): the plan, then
-    a few lines a run, then the results."""
-    proc, _ = sweep
+def test_a_sweep_prints_one_line_per_run_and_where_to_look_once(sweep):
+    """docs/sweeps.md's sweep as a user sees it (wandb not silenced from outside): the plan, one
+    line per run (its cell, its repeat, its result), the results, then where to look at every
+    run, once. Each run's own output (Hydra's launch line with its overrides, its start line,
+    its dashboards') is in its folder's console.log."""
+    proc, sweep_dir = sweep
     lines = proc.stdout.splitlines()
-    assert len([line for line in lines if re.search(r"\[HYDRA\]\s+#\d+ : ", line)]) == 6
-    # per run: wandb, TensorBoard, start, result; the profiled first repeats' trace line; and
-    # the wandb run of the results table
-    assert len([line for line in lines if "[launch]" in line]) == 6 * 4 + 3 + 1
-    assert sum("[launch] profile: steps" in line for line in lines) == 3
-    assert sum("[launch] wandb: offline run in" in line for line in lines) == 7
-    assert sum("[launch] tensorboard" in line.lower() for line in lines) == 6
+    runs = [line for line in lines if re.match(r"\[sweep\] \d/6 ", line)]
+    assert len(runs) == 6, "\n".join(lines)
+    done = set()
+    for line in runs:
+        found = re.fullmatch(r"\[sweep\] \d/6 (prefetch_first_param_group=(true|false), "
+                             r"impl=(none|full_iteration)), repeat ([01]): ok, [\d,]+ "
+                             r"tokens/s/GPU \(\d+ s\)", line)
+        assert found, line
+        done.add((found.group(1), found.group(4)))
+    assert len(done) == 6  # each cell's each repeat, once
+    # no Hydra launch lines, no override dumps, no run's own lines, no library noise
+    for noise in ("[HYDRA]", "Launching", "profile.steps=null", "logging.tensorboard.hparams",
+                  "[launch]", "look at it with", "ERROR", "Warning"):
+        assert noise not in proc.stdout + proc.stderr, noise
     assert not [line for line in lines if line.startswith(("step ", "wandb:"))]
-    assert len(lines) <= 60, f"{len(lines)} lines:\n" + "\n".join(lines)
-    switch_off = next(line for line in lines if "tokens/s/GPU" in line
+    # where to look, once each, after the report's paths
+    tail = lines[next(i for i, line in enumerate(lines) if line.startswith("[sweep] report: ")):]
+    for what in ("`wandb sync ", "`tensorboard --logdir ", "https://ui.perfetto.dev",
+                 "console.log"):
+        assert sum(what in line for line in lines) == 1, what
+        assert any(what in line for line in tail), what
+    assert "7 offline runs" in next(line for line in tail if "`wandb sync " in line)
+    assert len(lines) <= 25, f"{len(lines)} lines:\n" + "\n".join(lines)
+    switch_off = next(line for line in lines if "tokens/s/GPU" in line and "speedup" in line
                       and "prefetch_first_param_group=false, impl=none" in line)
     assert "losses identical" in switch_off and not any("defect" in line for line in lines)
+    for log in sweep_dir.glob("*/repeat*/attempt0/console.log"):
+        text = log.read_text()
+        assert "[HYDRA] \t#" in text and "[launch] ok: " in text, log
+        assert "ERROR" not in text and "Profiler clears events" not in text, log
+    assert len(list(sweep_dir.glob("*/repeat*/attempt0/console.log"))) == 6
     assert "GPTModel IS DEPRECATED" not in proc.stdout + proc.stderr
