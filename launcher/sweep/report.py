@@ -5,7 +5,8 @@ an interrupted sweep). The charts: tokens/s/GPU per cell with 95% intervals (gro
 swept key when there are two, as prefetch x CUDA-graph grids are), speedup against the baseline,
 step-time distributions, peak memory, the first parameter group's all-gather per cell, per
 pair of cells differing only in the switch its predicted against its measured saving
-(launcher.sweep.switch), throughput against peak memory with the front marked, and in a
+(launcher.sweep.switch), throughput against peak memory with the front marked (or, where the
+cells' peak memory is the same within its noise, a note that says so), and in a
 profiling sweep (profile=torch) each cell's profiled step broken into its parts, its trace linked
 from the table. Text stays text in the SVG, so the page is searchable.
 """
@@ -17,7 +18,7 @@ import os
 import sys
 
 from launcher.sweep.results import (HEADERS, NUMERICS_NOTE, ONE_RUN_NOTE, Results, collect,
-                                    display, significant, shown, write_tables)
+                                    display, memory_note, significant, shown, write_tables)
 from launcher.files import write_bytes_atomic, write_text_atomic
 from launcher.sweep.plan import short_names
 
@@ -195,12 +196,37 @@ def draw_memory(ax, results: Results) -> None:
     ax.grid(axis="x", alpha=0.3)
 
 
+MEMORY_AXIS_SPAN = 0.10
+"""The memory axis of throughput against peak memory spans at least this share of the cells'
+mean peak (their mean +-5%), so that a difference of 0.2% takes 2% of its width, not all of it,
+while a real trade-off (tens of percent) still spreads over the axis."""
+
+
+def memory_axis(values: list) -> tuple:
+    """The memory axis' limits: the values with a margin; where they spread less than
+    MEMORY_AXIS_SPAN of their mean, that span about their middle. Never below zero."""
+    low, high = min(values), max(values)
+    margin = 0.08 * (high - low)
+    low, high = low - margin, high + margin
+    span = MEMORY_AXIS_SPAN * abs(sum(values) / len(values))
+    if high - low < span:
+        middle = (low + high) / 2
+        low, high = middle - span / 2, middle + span / 2
+    return max(low, 0.0), high
+
+
 def draw_memory_throughput(ax, results: Results) -> None:
     """Throughput against peak memory, a point per cell with its 95% interval; the front (no cell
-    at least as fast with less memory) joined and labelled; sweep.memory_limit_gib as a line."""
+    clearly faster with no more memory, or with clearly less memory and not clearly slower:
+    results.mark_pareto) filled and joined; sweep.memory_limit_gib as a line. Where the cells'
+    peak memory is the same within its noise, the chart says so and draws no front line."""
+    from matplotlib.ticker import MaxNLocator, ScalarFormatter
+
     rows = sorted(measured(results), key=lambda r: r["peak_memory_mib"])
     keys = results.plan.keys
     cuda = any(r.get("peak_reserved_mib") is not None for r in rows)
+    same = results.memory_within_noise
+    by_speed = sorted(rows, key=lambda r: r["tokens_per_s_per_gpu"])
     for row in rows:
         value = row["tokens_per_s_per_gpu"]
         err = [[value - row["tokens_per_s_per_gpu_ci_low"]],
@@ -208,20 +234,35 @@ def draw_memory_throughput(ax, results: Results) -> None:
         ax.errorbar(row["peak_memory_mib"] / 1024, value, yerr=err, fmt="o", capsize=5,
                     color=BASE_COLOR if row["baseline"] else OK_COLOR,
                     markerfacecolor=OK_COLOR if row["pareto"] else "white")
+        # alternate sides by speed: cells at about the same memory do not write over each other
+        left = by_speed.index(row) % 2 == 1
         ax.annotate(", ".join(row[k] for k in keys) + (" (baseline)" if row["baseline"] else ""),
-                    (row["peak_memory_mib"] / 1024, value), xytext=(6, 4),
-                    textcoords="offset points", fontsize=8)
+                    (row["peak_memory_mib"] / 1024, value), xytext=(-6 if left else 6, 4),
+                    ha="right" if left else "left", textcoords="offset points", fontsize=8)
     front = [r for r in rows if r["pareto"]]
-    if front:
+    if front and not same:
         ax.step([r["peak_memory_mib"] / 1024 for r in front],
                 [r["tokens_per_s_per_gpu"] for r in front], where="post", color=OK_COLOR,
-                alpha=0.5, label="front: no cell faster with less memory (filled)")
+                alpha=0.5, label="front: no cell clearly faster with no more memory")
+    if front:
+        ax.plot([], [], "o", color=OK_COLOR, label="filled: on the front (results' pareto)")
     limit = results.plan.memory_limit_gib
     if limit is not None:
         ax.axvline(limit, color=FAIL_COLOR, linestyle="--",
                    label=f"sweep.memory_limit_gib={limit:g}")
+    if rows:
+        ax.set_xlim(*memory_axis([r["peak_memory_mib"] / 1024 for r in rows]
+                                 + ([limit] if limit is not None else [])))
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+    ax.xaxis.set_major_formatter(ScalarFormatter(useOffset=False))  # 0.74, not 1e-3 + 7.4e-1
+    note = ""
+    if same:  # under the axis, where no point or interval can hide it
+        peaks = [r["peak_memory_mib"] for r in rows]
+        note = (f"\nthe same within noise in every cell: {max(peaks) - min(peaks):.1f} MiB apart, "
+                f"a cell's own runs {results.memory_noise_mib:.1f} MiB;\nno memory trade-off: "
+                "the front is the cells no other is clearly faster than")
     ax.set_xlabel("peak memory (GiB): " + ("reserved by the CUDA allocator" if cuda
-                                           else "process max RSS (CPU)") + ", rank 0")
+                                           else "process max RSS (CPU)") + ", rank 0" + note)
     ax.set_ylabel("tokens/s/GPU (median, 95% CI)")
     names = short_names(keys)
     ax.set_title("Throughput against peak memory (points: "
@@ -338,8 +379,9 @@ def page(results: Results, svg: str) -> str:
             cells.append(f'<td{" class=bad" if bad else ""}>{text}</td>')
         body.append(f"<tr{cls} data-cell=\"{esc(row['cell'])}\">{''.join(cells)}</tr>")
     svg_body = svg[svg.index("<svg"):]  # drop the XML prolog: the SVG is inline
-    one_run = (f'\n<p class="bad">{esc(ONE_RUN_NOTE)}</p>'
-               if any(r.get("step_noise_only") for r in results.rows) else "")
+    notes = (f'\n<p class="bad">{esc(ONE_RUN_NOTE)}</p>'
+             if any(r.get("step_noise_only") for r in results.rows) else "")
+    notes += f"\n<p>{esc(memory_note(results))}</p>" if memory_note(results) else ""
     defects = "".join(f'\n<p class="bad">{esc(d.line)}</p>' for d in results.defects)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Sweep {esc(plan.name)}</title>
@@ -348,7 +390,7 @@ def page(results: Results, svg: str) -> str:
 <p>{len(plan.cells)} cells, {plan.repeats} repeat(s) each, swept: {esc(", ".join(plan.keys))}.
 Throughput is the median over the steady-state steps of all repeats; intervals are bootstrap 95%
 (repeats, then steps within repeats, resampled); a speedup is within noise when its interval holds
-1.0. The baseline row is shaded.</p>{one_run}
+1.0. The baseline row is shaded.</p>{notes}
 <h2>Environment</h2><table>{env_rows or "<tr><td>no run has finished yet</td></tr>"}</table>
 <h2>Charts</h2>{svg_body}
 <h2>Results</h2><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>

@@ -49,6 +49,17 @@ class Results:
     """A tuning sweep's race, replayed from disk (launcher.sweep.race); None otherwise."""
     defects: List[Defect] = field(default_factory=list)
     """Switch pairs whose losses are not identical (launcher.sweep.numerics)."""
+    memory_noise_mib: float = 0.0
+    """How far peak memory moves without the cell changing (memory_noise_mib): the front's
+    tolerance, and the report's."""
+
+    @property
+    def memory_within_noise(self) -> bool:
+        """Every measured cell's peak memory within memory_noise_mib of every other's (two cells
+        or more): no cell saves memory, and a chart against memory has no trade-off to show."""
+        peaks = [r["peak_memory_mib"] for r in self.rows
+                 if r.get("tokens_per_s_per_gpu") is not None]
+        return len(peaks) > 1 and max(peaks) - min(peaks) <= self.memory_noise_mib
 
     @property
     def columns(self) -> List[str]:
@@ -79,7 +90,7 @@ def cell_status(statuses: List[str]) -> str:
 
 def collect(plan: Plan) -> Results:
     results = Results(plan, [], race=replay(plan) if plan.tune else None)
-    samples, step_times, repeats = {}, {}, {}
+    samples, step_times, repeats, peaks = {}, {}, {}, {}
     for cell in plan.cells:
         row = {"cell": cell.id, "label": cell.label, **cell.values,
                "baseline": cell.id == plan.baseline, "reason": cell.reason}
@@ -105,10 +116,12 @@ def collect(plan: Plan) -> Results:
             samples[cell.id] = [np.asarray(s.throughput_samples()) for s in ok]
             row.update(cell_metrics(ok, samples[cell.id]))
             step_times[cell.id] = [s.steady_state_step_times_s for s in ok]
+            peaks[cell.id] = [s.peak_memory_bytes / MIB for s in ok]
             results.step_times_ms[cell.id] = [1e3 * t for run in step_times[cell.id] for t in run]
             results.environment = results.environment or environment(ok[0])
     add_speedups(results.rows, samples, plan.baseline)
-    mark_pareto(results.rows)
+    results.memory_noise_mib = memory_noise_mib(peaks)
+    mark_pareto(results.rows, results.memory_noise_mib)
     add_explanations(results.rows, plan.keys, step_times)
     add_numerics(results.rows, repeats, plan.baseline)
     results.defects = switch_defects(results.rows, plan.keys, repeats)
@@ -167,16 +180,58 @@ def peak_mib(ok: List[RunSummary], key: str) -> Optional[float]:
     return max(values) / MIB if values else None
 
 
-def mark_pareto(rows: List[dict]) -> None:
-    """`pareto` on each measured row: whether no other cell is at least as fast with at most its
-    peak memory, and better in one of the two (the throughput-memory front)."""
+MEMORY_NOISE_FLOOR = 0.01
+"""A difference in peak memory below this share of it is not one to choose a cell by."""
+
+
+def memory_noise_mib(peaks: Dict[str, List[float]]) -> float:
+    """How far a cell's peak memory (MiB) moves without the cell changing: the largest spread
+    (max - min) over one cell's ok runs, and at least MEMORY_NOISE_FLOOR of the cells' median
+    peak. A CPU's max RSS moves by tens of MiB between identical runs (a profiled repeat holds
+    the profiler's buffers); a GPU's reserved peak is often the same to the byte, where the
+    floor keeps a 0.2% difference from reading as a trade-off."""
+    measured = [p for p in peaks.values() if p]
+    if not measured:
+        return 0.0
+    spread = max(max(p) - min(p) for p in measured)
+    return max(spread, MEMORY_NOISE_FLOOR * float(np.median([max(p) for p in measured])))
+
+
+def mark_pareto(rows: List[dict], memory_noise: float = 0.0) -> None:
+    """`pareto` on each measured row: whether no other cell beats it beyond noise, i.e. is
+    clearly better on one of throughput and peak memory and not clearly worse on the other (the
+    throughput-memory front). Clearly faster: its tokens/s/GPU interval lies wholly above (the
+    95% intervals the chart draws do not overlap); clearly less memory: lower by more than
+    `memory_noise` MiB (memory_noise_mib). A difference within noise is a tie: cells whose peak
+    memory is the same within noise are ranked by throughput alone, and cells whose intervals
+    overlap are not told apart, so that a 0.2% memory difference does not make a slower cell
+    part of the front."""
     measured = [r for r in rows if r.get("tokens_per_s_per_gpu") is not None]
+
+    def faster(a: dict, b: dict) -> bool:
+        return a["tokens_per_s_per_gpu_ci_low"] > b["tokens_per_s_per_gpu_ci_high"]
+
+    def leaner(a: dict, b: dict) -> bool:
+        return a["peak_memory_mib"] < b["peak_memory_mib"] - memory_noise
+
     for row in measured:
-        tps, mem = row["tokens_per_s_per_gpu"], row["peak_memory_mib"]
         row["pareto"] = not any(
-            o["tokens_per_s_per_gpu"] >= tps and o["peak_memory_mib"] <= mem
-            and (o["tokens_per_s_per_gpu"] > tps or o["peak_memory_mib"] < mem)
-            for o in measured)
+            (faster(o, row) and not leaner(row, o)) or (leaner(o, row) and not faster(row, o))
+            for o in measured if o is not row)
+
+
+def memory_note(results: Results) -> str:
+    """The report's sentence where the cells' peak memory is the same within its noise, else
+    ""."""
+    if not results.memory_within_noise:
+        return ""
+    peaks = [r["peak_memory_mib"] for r in results.rows
+             if r.get("tokens_per_s_per_gpu") is not None]
+    return (f"Peak memory is the same within noise in every measured cell: {min(peaks):,.1f} to "
+            f"{max(peaks):,.1f} MiB, {max(peaks) - min(peaks):.1f} MiB apart, where a cell's own "
+            f"runs move by {results.memory_noise_mib:.1f} MiB (the largest spread over one cell's "
+            f"repeats, at least {MEMORY_NOISE_FLOOR:.0%} of the peak). No cell saves memory: the "
+            "throughput-memory front ranks the cells by throughput alone.")
 
 
 def add_speedups(rows: List[dict], samples: dict, baseline: Optional[str]) -> None:
@@ -297,6 +352,8 @@ def markdown(results: Results) -> str:
              "95% interval.", ""]
     if any(r.get("step_noise_only") for r in results.rows):
         lines += [ONE_RUN_NOTE, ""]
+    if memory_note(results):
+        lines += [memory_note(results), ""]
     env = results.environment
     if env:
         lines += ["Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), ""]
