@@ -6,7 +6,6 @@ process with the sweep's exit code; each of its jobs comes back here as one run.
 module imports hydra and omegaconf only: `launch --cfg job` never imports torch.
 """
 
-import dataclasses
 import os
 import sys
 from importlib import resources
@@ -16,9 +15,8 @@ from hydra.errors import HydraException
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.run import ranks, resume
-from launcher.run.environment import run_environment
-from launcher.run.outputs import check_folders, check_wandb_login
+from launcher.run import ranks
+from launcher.run.preflight import preflight
 from launcher.run.support import check_support
 from launcher.config import Config, ConfigError, check_world_size, to_config
 
@@ -42,35 +40,29 @@ def register_configs() -> None:
 @hydra.main(version_base=None, config_path="pkg://launcher.conf", config_name="config")
 def _main(composed: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     run_dir = HydraConfig.get().runtime.output_dir
+    swept = None
+    if HydraConfig.get().mode == RunMode.MULTIRUN:  # a sweep's job: its plan names the keys
+        from launcher.sweep.plan import swept_keys
+
+        swept = swept_keys(HydraConfig.get().sweep.dir)
     try:
         cfg = to_config(composed)
-        if not ranks.external_starter():  # else the rank checks the world it was given
-            check_world_size(cfg, cfg.runtime.world_size)
-        if cfg.data.kind.value == "indexed":
-            from launcher.data.check import check_data
-
-            check_data(cfg.data, cfg.model.vocab_size)
-        cfg = with_vocab(cfg)  # before anything compares the model section
-        resume_from = resume.resume_point(cfg.train, cfg.model, run_dir)
-        resume.check_writable(cfg.train.checkpoint, run_dir)
-        check_folders(cfg.logging, cfg.data)
-        check_wandb_login(cfg.logging.wandb)
-        if not cfg.runtime.dry_run:
-            check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
-        environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
+        cleared = preflight(cfg, run_dir, swept=swept, here=not cfg.runtime.dry_run)
     except ConfigError as err:
         return refuse(err, run_dir)
+    cfg = cleared.cfg
     if cfg.runtime.print_megatron_lm:
         return print(megatron_lm_command(cfg))
     if cfg.runtime.dry_run:
         return print(dry_run(cfg))
     from launcher.run.spawn import run
 
-    os.environ.update(environment)  # before any rank, and before torch reads CUDA's settings
+    os.environ.update(cleared.environment)  # before any rank, and before torch reads CUDA's
     try:
-        set_exit_code(run(cfg, run_dir, resume_from))
+        set_exit_code(run(cfg, run_dir, cleared.resume_from))
     except ConfigError as err:  # a CUDA device asked for and none seen; a starter's world
         refuse(err, run_dir)
 
@@ -104,20 +96,6 @@ def megatron_lm_command(cfg: Config) -> str:
     resolved = fusions.resolve(cfg.model, spec, cfg.train.precision, on_cpu,
                                fusions.Kernels.here())
     return megatron_lm.command(cfg, resolved, spec, on_cpu, cfg.runtime.world_size)
-
-
-def with_vocab(cfg: Config) -> Config:
-    """`cfg` with model.vocab_size set where it is null: the data's tokenizer's vocabulary
-    (PREFIX.json) with data=indexed, model.mock_vocab_size with mock data."""
-    if cfg.model.vocab_size is not None:
-        return cfg
-    if cfg.data.kind.value == "indexed":
-        from launcher.data.check import data_vocab_size
-
-        vocab = data_vocab_size(cfg.data)
-    else:
-        vocab = cfg.model.mock_vocab_size
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab))
 
 
 def refuse(err: ConfigError, run_dir: str) -> None:

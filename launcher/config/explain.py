@@ -7,17 +7,22 @@ multi-line report; `explain` turns it into what `launch` prints (exit code 2).
 import re
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+from omegaconf.errors import (
+    ConfigAttributeError, ConfigKeyError, GrammarParseError, InterpolationResolutionError,
+    ValidationError,
+)
 
 GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic"
 
 
 def explain(err: Exception) -> str:
     """One line for a composition error; falls back to the message's lines joined."""
-    cause = err.__cause__
+    cause = err.__cause__ or err  # Hydra's wrap the omegaconf error; to_config's are bare
     override = re.search(r"override (\S+)", str(err))
     if isinstance(err, MissingConfigException):
         return missing_option(str(err))
+    if isinstance(cause, (InterpolationResolutionError, GrammarParseError)):
+        return interpolation(cause)
     if isinstance(err, OverrideParseException):
         return (f"cannot parse an override: {first_line(err)}; see {GRAMMAR} "
                 "(quote values with commas or spaces)")
@@ -40,6 +45,13 @@ def explain(err: Exception) -> str:
     if isinstance(err, ConfigCompositionException):
         return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
     return f"{type(err).__name__}: {first_line(err)}"
+
+
+def interpolation(err: Exception) -> str:
+    """A `${...}` that names no key, no resolver, or a value that is missing (???)."""
+    key = getattr(err, "full_key", None) or "?"
+    return (f"{key}: {first_line(err)}; fix the ${{...}} it holds (`launch --cfg job` prints "
+            f"every key), or give {key} a plain value")
 
 
 def first_line(err: Exception) -> str:

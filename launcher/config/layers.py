@@ -85,16 +85,7 @@ class MoeConfig:
         return list(self.layer_freq) or [1] * num_layers
 
     def check_layers(self, num_layers: int) -> None:
-        if not self.enabled:
-            for key in ("ffn_hidden_size", "shared_expert_ffn_hidden_size"):
-                if getattr(self, key) is not None:
-                    raise ConfigError(f"model.moe.{key}={getattr(self, key)} has no effect with "
-                                      "model.moe.num_experts=null (no MoE layer); set "
-                                      f"model.moe.{key}=null, or model.moe.num_experts")
-            if self.layer_freq:
-                raise ConfigError("model.moe.layer_freq has no effect with model.moe.num_experts="
-                                  "null (no MoE layer); set model.moe.layer_freq=[], or "
-                                  "model.moe.num_experts")
+        if not self.enabled:  # its keys act on nothing: config.effect refuses them
             return
         if self.layer_freq and len(self.layer_freq) != num_layers:
             raise ConfigError(
@@ -131,20 +122,6 @@ class RecomputeConfig:
                     "block) and model.recompute.num_layers (megatron-core's TransformerConfig "
                     "refuses it without them); set both")
             return
-        for key in ("method", "num_layers"):
-            value = getattr(self, key)
-            if value is not None:
-                shown = getattr(value, "value", value)
-                raise ConfigError(
-                    f"model.recompute.{key}={shown} has no effect with model.recompute."
-                    f"granularity={granularity.value if granularity else 'null'} (it says which "
-                    f"whole layers granularity=full recomputes); set model.recompute.{key}=null")
-        if granularity != RecomputeGranularity.selective and self.modules != [
-                RecomputeModule.core_attn]:
-            raise ConfigError(
-                "model.recompute.modules has no effect unless model.recompute.granularity="
-                "selective; set model.recompute.granularity=selective, or drop the "
-                "model.recompute.modules override")
         if granularity == RecomputeGranularity.selective and not self.modules:
             raise ConfigError("model.recompute.granularity=selective with model.recompute."
                               "modules=[] recomputes nothing; name the modules (e.g. "

@@ -127,19 +127,6 @@ class ModelConfig:
 
     def _check_rope(self) -> None:
         rope = PositionEmbedding(self.position_embedding) == PositionEmbedding.rope
-        for key in ("rotary_base", "rotary_percent"):
-            if getattr(self, key) is not None and not rope:
-                raise ConfigError(f"model.{key}={getattr(self, key)} has no effect with "
-                                  "model.position_embedding=learned_absolute; set "
-                                  f"model.position_embedding=rope, or model.{key}=null")
-        if self.rope_scaling and not rope:
-            raise ConfigError("model.rope_scaling=true scales rotary frequencies, and "
-                              "model.position_embedding=learned_absolute has none; set "
-                              "model.position_embedding=rope, or model.rope_scaling=false")
-        if self.rope_scaling_factor is not None and not self.rope_scaling:
-            raise ConfigError(f"model.rope_scaling_factor={self.rope_scaling_factor} has no "
-                              "effect with model.rope_scaling=false; set model.rope_scaling=true, "
-                              "or model.rope_scaling_factor=null")
         if self.rope_scaling_factor is not None and not self.rope_scaling_factor > 0:
             raise ConfigError(f"model.rope_scaling_factor={self.rope_scaling_factor} must be "
                               "> 0; set a positive factor (Llama 3.1: 8) or null")
@@ -172,7 +159,7 @@ class ModelConfig:
 
     def padded_vocab_size(self, tensor_parallel_size: int) -> int:
         if self.vocab_size is None:
-            raise ValueError("model.vocab_size is resolved (launch: with_vocab) before it is used")
+            raise ValueError("model.vocab_size is resolved (launcher.run.preflight.with_vocab) before it is used")
         multiple = 128 * tensor_parallel_size
         return -(-self.vocab_size // multiple) * multiple
 
@@ -296,12 +283,6 @@ class FsdpConfig:
         outer = OuterSharding(self.outer_dp_sharding_strategy)
         if outer == OuterSharding.no_shard:
             return
-        if self.num_distributed_optimizer_instances == 1:
-            raise ConfigError(
-                f"fsdp.outer_dp_sharding_strategy={outer.value} shards across HSDP groups, and "
-                "fsdp.num_distributed_optimizer_instances=1 makes one group; set "
-                "fsdp.num_distributed_optimizer_instances to 2 or more, or "
-                "fsdp.outer_dp_sharding_strategy=no_shard")
         if strategy != ShardingStrategy.optim_grads_params:
             raise ConfigError(
                 f"fsdp.outer_dp_sharding_strategy={outer.value} needs "
@@ -314,15 +295,6 @@ class FsdpConfig:
         for key in ("bucket_size", "suggested_communication_unit_size"):
             if getattr(self, key) is not None:
                 positive(f"fsdp.{key}", getattr(self, key))
-        if self.double_buffer and strategy != ShardingStrategy.optim_grads_params:
-            raise ConfigError(
-                f"fsdp.double_buffer=true has no effect with fsdp.sharding_strategy="
-                f"{strategy.value} (only optim_grads_params gathers FSDP units into buffers); "
-                "set fsdp.double_buffer=false or fsdp.sharding_strategy=optim_grads_params")
-        if self.nccl_ub and not self.double_buffer:
-            raise ConfigError(
-                "fsdp.nccl_ub=true needs fsdp.double_buffer=true (Megatron-FSDP registers its "
-                "persistent double buffers with NCCL); set fsdp.double_buffer=true")
 
 
 @dataclass

@@ -112,11 +112,6 @@ class Config:
 
     def _check_experts(self) -> None:
         moe, ep = self.model.moe, self.parallel.expert_model_parallel_size
-        if ep > 1 and not moe.enabled:
-            raise ConfigError(
-                f"parallel.expert_model_parallel_size={ep} splits experts, and "
-                "model.moe.num_experts=null makes none (megatron-core's TransformerConfig refuses "
-                "it); set model.moe.num_experts, or parallel.expert_model_parallel_size=1")
         tp = self.parallel.tensor_model_parallel_size
         if moe.enabled and tp > 1:
             raise ConfigError(
@@ -274,12 +269,18 @@ def to_config(composed) -> Config:
     runs every __post_init__ check. A key appended with `+` that the schema lacks is refused,
     not dropped."""
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from launcher.config.explain import explain
 
     extra = unknown_keys(composed, Config)
     if extra:
         raise ConfigError(f"{extra[0]} is not a config key (added with +); check its spelling "
                           "(`launch --cfg job` prints every key), or remove it")
-    return OmegaConf.to_object(composed)
+    try:  # resolves every ${...}: one that names nothing is a mistake in the command
+        return OmegaConf.to_object(composed)
+    except OmegaConfBaseException as err:
+        raise ConfigError(explain(err)) from None
 
 
 def unknown_keys(node, schema, prefix: str = "") -> list:

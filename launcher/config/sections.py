@@ -139,10 +139,6 @@ class DataConfig:
         if DataKind(self.kind) == DataKind.indexed and not self.path:
             raise ConfigError("data=indexed needs data.path; set data.path=PREFIX (the output of "
                               "`launch-prepare`), or \"W1 PREFIX1 W2 PREFIX2\" to blend")
-        if DataKind(self.kind) == DataKind.mock and self.path is not None:
-            # else the run would train on mock data while its config names a dataset
-            raise ConfigError(f"data.path={self.path} is read by data=indexed only, and this run's "
-                              "data is mock; add data=indexed to train on it, or drop data.path")
         if not re.fullmatch(r"\d+(\.\d*)?,\d+(\.\d*)?,\d+(\.\d*)?", self.split):
             raise ConfigError(f"data.split={self.split} is not three comma-separated weights; "
                               "set it like data.split=98,2,0")
@@ -325,14 +321,6 @@ class SweepConfig:
         if self.memory_limit_gib is not None and not self.memory_limit_gib > 0:
             raise ConfigError(f"sweep.memory_limit_gib={self.memory_limit_gib} must be more than "
                               "0; set it to the GiB a cell may use, or null for no limit")
-        if self.allow_numerics_change and not self.tune:
-            raise ConfigError("sweep.allow_numerics_change=true lets the tuner recommend a cell "
-                              "that trains differently, and this sweep does not tune; set "
-                              "sweep.tune=true, or remove sweep.allow_numerics_change")
-        if self.memory_limit_gib is not None and not self.tune:
-            raise ConfigError(f"sweep.memory_limit_gib={self.memory_limit_gib} drops cells from "
-                              "the tuner's race, and this sweep does not race; set "
-                              "sweep.tune=true, or remove sweep.memory_limit_gib")
         if self.tune and self.min_repeats > self.repeats:
             raise ConfigError(
                 f"sweep.min_repeats={self.min_repeats} exceeds sweep.repeats={self.repeats}, so "

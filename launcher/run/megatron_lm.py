@@ -26,7 +26,7 @@ NO_FUSION = {"masked_softmax": "--no-masked-softmax-fusion",
 
 
 def flags(cfg: Config, fusions: Fusions, spec: LayerSpec, on_cpu: bool) -> List[str]:
-    """`cfg` (vocabulary resolved: launch's with_vocab) as Megatron-LM's flags."""
+    """`cfg` (vocabulary resolved by the pre-flight's with_vocab) as Megatron-LM's flags."""
     out = (model_flags(cfg, fusions, spec) + parallel_flags(cfg) + train_flags(cfg)
            + data_flags(cfg))
     if on_cpu:  # the CPU path of bench/megatron_lm_loop.py: gloo has no PREMUL_SUM

@@ -8,7 +8,6 @@ place. Either way the global rank 0 alone writes summary.json.
 
 import dataclasses
 import logging
-import os
 import socket
 import sys
 import traceback

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import ConfigError
 from launcher.sweep.plan import (
-    Plan, SweepError, bare_key, build_plan, has_ok_run, run_dir, schedule,
+    Plan, SweepError, bare_key, build_plan, canonical, has_ok_run, run_dir, schedule,
 )
 from launcher.summary import read as read_summary
 from launcher.sweep import submit
@@ -36,13 +36,22 @@ def job_overrides(plan: Plan, master: DictConfig, cell, repeat: int, attempt: in
     """A cell's overrides, plus where it writes and how its wandb run is grouped and tagged."""
     tags = [*master.logging.wandb.tags, *(f"{k}={v}" for k, v in cell.values.items())]
     quiet = ["logging.print_steps=false"] if master.logging.print_steps is None else []
+    name = quote(run_name(cell.label, repeat, attempt))
+    # only where they act: a key set where it has no effect is refused (launcher.config.effect)
+    wandb = [f"logging.wandb.group={quote(plan.wandb_group)}", f"logging.wandb.name={name}",
+             "logging.wandb.tags=[" + ",".join(quote(t[:64]) for t in tags) + "]"]  # its limit
+    tensorboard = [f"logging.tensorboard.name={name}",
+                   "logging.tensorboard.hparams=[" + ",".join(hparams(plan, master)) + "]"]
     return [*cell.overrides, *quiet, *unprofiled(master, repeat),
             f"hydra.sweep.subdir={cell.id}/repeat{repeat}/attempt{attempt}",
-            f"logging.wandb.group={quote(plan.wandb_group)}",
-            f"logging.wandb.name={quote(run_name(cell.label, repeat, attempt))}",
-            f"logging.tensorboard.name={quote(run_name(cell.label, repeat, attempt))}",
-            "logging.wandb.tags=[" + ",".join(quote(t[:64]) for t in tags) + "]",  # wandb's limit
-            "logging.tensorboard.hparams=[" + ",".join(hparams(plan, master)) + "]"]
+            *(wandb if cell_value(master, cell, "logging.wandb.mode") != "disabled" else []),
+            *(tensorboard if cell_value(master, cell, "logging.tensorboard.enabled") == "true"
+              else [])]
+
+
+def cell_value(master: DictConfig, cell, key: str) -> str:
+    """A key's value in a cell: its swept value, else the sweep's fixed one."""
+    return cell.values.get(key) or canonical(OmegaConf.select(master, key))
 
 
 def unprofiled(master: DictConfig, repeat: int) -> List[str]:
@@ -202,7 +211,9 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
     rounds = schedule(plan)
     print_plan(plan, rounds, replay(plan) if plan.tune else None)
     if plan.baseline is None:
-        print("error: no cell of the sweep is valid (reasons above); fix the grid", file=sys.stderr)
+        reasons = sorted({cell.reason for cell in plan.cells})
+        why = f": {reasons[0]}" if len(reasons) == 1 else " (reasons above); fix the grid"
+        print(f"error: no cell of the sweep is valid{why}", file=sys.stderr)
         return 2
     if master.runtime.dry_run:
         print("[sweep] dry run: nothing started")

@@ -20,16 +20,11 @@ from typing import Callable, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from launcher.run import ranks
-from launcher.run.environment import run_environment
 from launcher import summary as run_summary
-from launcher.run.resume import check_writable
-from launcher.run.outputs import check_folders, check_wandb_login
-from launcher.run.support import check_device, check_support
+from launcher.run.preflight import preflight
 from launcher.sweep.error import SweepError
 from launcher.sweep.slurm import check_launcher, is_submitit
-from launcher.config import (
-    Config, ConfigError, Device, SweepConfig, check_steady_state, check_world_size, to_config,
-)
+from launcher.config import ConfigError, SweepConfig, to_config
 
 PLAN_FILE = "plan.json"
 UNMEASURED = ("sweep", "logging", "profile")  # sections left out of a cell's id
@@ -81,6 +76,12 @@ class Plan:
         data["sweep_dir"] = sweep_dir  # the directory may have moved since
         data["cells"] = [Cell(**c) for c in data["cells"]]
         return Plan(**data)
+
+
+def swept_keys(sweep_dir: str) -> List[str]:
+    """The keys a sweep varies, from its plan (written before its first job starts)."""
+    path = Path(sweep_dir, PLAN_FILE)
+    return json.loads(path.read_text())["keys"] if path.exists() else []
 
 
 def canonical(value) -> str:
@@ -175,16 +176,13 @@ class CellComposer:
         return composed
 
 
-def check_cell_world(cfg: Config, launcher: DictConfig) -> None:
-    """The parallel sizes against the world each job will get: a submitit launcher's tasks, or
-    else what `launch` starts from the runtime section."""
+def planned_world(launcher: DictConfig) -> Optional[ranks.Layout]:
+    """The world a submitit launcher's tasks give each job; None: `launch` starts the ranks from
+    the runtime section."""
     if not is_submitit(launcher):
-        check_world_size(cfg, cfg.runtime.world_size)
-        return
+        return None
     local = int(launcher.tasks_per_node)
-    planned = ranks.Layout("submitit", 0, 0, local * int(launcher.nodes), local, "", 0)
-    ranks.check_runtime_matches(cfg.runtime, planned)
-    check_world_size(cfg, planned.world_size, planned.world_source)
+    return ranks.Layout("submitit", 0, 0, local * int(launcher.nodes), local, "", 0)
 
 
 def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
@@ -205,23 +203,13 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
     with read_write(composed), open_dict(composed):
         del composed["hydra"]
     values = swept_values(composed, choices, keys)
-    resolved = OmegaConf.to_container(composed, resolve=True, enum_to_str=True)
     try:
-        # every __post_init__ rule as the job will run them, the world it will get, and the
-        # environment its ranks will run in
+        # the run's own pre-flight, as the job will run it, in the world it will get
         cfg = to_config(composed)
-        check_steady_state(cfg)
-        check_cell_world(cfg, launcher)
-        check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
-        if cfg.train.checkpoint.dir:  # else each run's own folder, made by the sweep
-            check_writable(cfg.train.checkpoint, "")
-        check_folders(cfg.logging, cfg.data)
-        if cfg.runtime.device == Device.cpu:  # auto: known where the job runs, checked there
-            check_device(cfg, "cpu")
-        run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
+        preflight(cfg, None, swept=keys, planned=planned_world(launcher))
     except ConfigError as err:
-        return resolved, values, str(err)
-    return resolved, values, ""
+        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err)
+    return OmegaConf.to_container(composed, resolve=True, enum_to_str=True), values, ""
 
 
 def short_names(keys: List[str]) -> Dict[str, str]:
@@ -239,7 +227,6 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     """Expands and validates the whole grid; raises SweepError/ConfigError for the sweep as a whole."""
     sweep: SweepConfig = OmegaConf.to_object(master.sweep)
     check_launcher(master.hydra.launcher, master.runtime.dry_run)
-    check_wandb_login(OmegaConf.to_object(master.logging).wandb)  # once, for the whole sweep
     keys, grid = expand_grid(arguments, config_loader)
     if config_loader is not None:
         load = CellComposer(load, config_loader)

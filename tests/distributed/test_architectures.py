@@ -10,7 +10,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import LAUNCH, make_config, read_run, run_launch
-from launcher.cli import with_vocab
+from launcher.run.preflight import with_vocab
 from launcher.run.estimate import num_parameters, padded_vocab
 
 pytestmark = pytest.mark.distributed

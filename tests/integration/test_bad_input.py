@@ -132,9 +132,8 @@ CATALOGUE = [
      "set train.checkpoint.dir to a writable directory"),
     (["logging.tensorboard.enabled=true", "logging.tensorboard.dir=/etc/hostname/tb"],
      "logging.tensorboard.dir=/etc/hostname/tb cannot be written (/etc/hostname is a file)"),
-    (["data.cache_dir=/etc/hostname/cache"],
-     "data.cache_dir=/etc/hostname/cache cannot be written (/etc/hostname is a file); set "
-     "data.cache_dir to a writable directory, or null"),
+    (["data.cache_dir=/etc/hostname/cache"],  # with mock data: unwritable with real data below
+     "data.cache_dir=/etc/hostname/cache has no effect with data.kind=mock; set data=indexed"),
     # values megatron would assert on inside a rank, or numpy refuse
     (["train.min_lr=1"], "train.min_lr=1.0 must lie between 0 and train.lr"),
     (["train.weight_decay=-1"], "train.weight_decay=-1.0 must be >= 0"),
@@ -154,10 +153,33 @@ CATALOGUE = [
     (["-m", "logging.wandb.mode=online"], "run `wandb login` (or set WANDB_API_KEY)"),
     # a dataset named while the data is mock (it would train on mock data); an empty folder for
     # the run or the sweep (Hydra would write into the current directory)
-    (["data.path=/tmp/corpus"], "is read by data=indexed only"),
+    (["data.path=/tmp/corpus"], "data.path=/tmp/corpus has no effect with data.kind=mock; set "
+                                "data=indexed"),
     (["hydra.run.dir="], "hydra.run.dir is empty"),
     (["-m", "hydra.sweep.dir=''"], "hydra.sweep.dir is empty"),
+    # a ${...} that names nothing
+    (["model.num_layers=${model.nope}"], "model.num_layers: Interpolation key 'model.nope' not "
+                                         "found; fix the ${...} it holds"),
+    # a key set where the key that gives it effect is off (launcher/config/effect.py's table)
+    (["cuda_graph.warmup_steps=5"], "cuda_graph.warmup_steps=5 has no effect with "
+                                    "cuda_graph.impl=none; set cuda_graph.impl=full_iteration"),
+    (["profile.ranks=[1]"], "profile.ranks=[1] has no effect with profile.kind=none; set "
+                            "profile=torch or profile=nsys"),
+    (["model.moe.router_topk=4"], "model.moe.router_topk=4 has no effect with "
+                                  "model.moe.num_experts=null; set model.moe.num_experts"),
+    (["logging.tensorboard.dir=/tmp/tb"], "has no effect with logging.tensorboard.enabled=false"),
+    (["train.min_lr=0.0001"], "train.min_lr=0.0001 has no effect with "
+                              "train.lr_schedule=constant; set train.lr_schedule=cosine or linear"),
+    (["sweep.tune=true", "sweep.min_repeats=1"], "sweep.tune=true has no effect in a single run "
+                                                 "(it configures a sweep); add -m"),
 ]
+
+# Where a one-cell sweep must answer otherwise than the run, and why
+RUN_ONLY = {
+    "hydra.run.dir": "a sweep's folder is hydra.sweep.dir (the catalogue has its own entry)",
+    "data.split=98,2,0": "the comma that makes the run ambiguous makes a sweep of three cells",
+    "sweep.tune=true": "the sweep keys act in a sweep: that is the refusal's point",
+}
 
 
 def refuse(folder, overrides):
@@ -186,6 +208,32 @@ def refusals(tmp_path_factory):
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = list(pool.map(refuse, folders, [o for o, _ in CATALOGUE]))
     return [(proc, run_dir, folder) for (proc, run_dir), folder in zip(done, folders)]
+
+
+@pytest.fixture(scope="module")
+def sweep_refusals(tmp_path_factory):
+    """Every run of the catalogue again as a one-cell sweep (`launch -m` with the same overrides),
+    two at a time."""
+    folders = [tmp_path_factory.mktemp("bad_sweep") for _ in CATALOGUE]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(refuse, folders, [["-m", *o] for o, _ in CATALOGUE]))
+    return [proc for proc, _ in done]
+
+
+def is_run(overrides) -> bool:
+    return "-m" not in overrides and not any(k in " ".join(overrides) for k in RUN_ONLY)
+
+
+@pytest.mark.parametrize("index", [i for i, (o, _) in enumerate(CATALOGUE) if is_run(o)],
+                         ids=[" ".join(o)[:60] for o, _ in CATALOGUE if is_run(o)])
+def test_a_one_cell_sweep_refuses_what_the_run_refuses(refusals, sweep_refusals, index):
+    """One pre-flight (launcher/run/preflight.py) for a run and for each cell of a sweep."""
+    run, sweep = refusals[index][0], sweep_refusals[index]
+    reason = run.stderr.strip().removeprefix("error: ")
+    assert sweep.returncode == 2, sweep.stdout[-1000:] + sweep.stderr[-2000:]
+    said = sweep.stderr.strip().splitlines()
+    assert len(said) == 1 and reason in said[0], (reason, sweep.stdout[-1000:], said)
+    assert "Traceback" not in sweep.stdout + sweep.stderr
 
 
 @pytest.mark.parametrize("index", range(len(CATALOGUE)),
@@ -312,6 +360,15 @@ def prepared(tmp_path_factory):
                     "--output", str(folder / "corpus"), "--tokenizer", "byte"], check=True,
                    capture_output=True, timeout=300)
     return folder / "corpus"
+
+
+def test_an_unwritable_cache_folder_for_real_data_is_refused(prepared, tmp_path):
+    proc, run_dir = refuse(tmp_path, ["data=indexed", f"data.path={prepared}",
+                                      "data.cache_dir=/etc/hostname/cache"])
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: data.cache_dir=/etc/hostname/cache cannot be written (/etc/hostname is a file); "
+        "set data.cache_dir to a writable directory, or null"]
+    assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.jsonl").exists()
 
 
 def truncate_index(prefix):

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from conftest import make_config
-from launcher.cli import with_vocab
+from launcher.run.preflight import with_vocab
 from launcher.config import LayerSpec
 from launcher.run import fusions, megatron_lm
 

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from conftest import make_config
-from launcher.cli import with_vocab
+from launcher.run.preflight import with_vocab
 from launcher.config import LayerSpec, Normalization, PositionEmbedding, Precision
 from launcher.run import fusions, megatron_lm
 from launcher.run.estimate import memory_per_gpu, num_parameters, padded_vocab

@@ -5,7 +5,7 @@ builds. Through Hydra's real compose, as test_config."""
 import pytest
 
 from conftest import make_config as make
-from launcher.cli import with_vocab
+from launcher.run.preflight import with_vocab
 from launcher.config import CudaGraphConfig, ConfigError, check_world_size
 from launcher.run.estimate import num_parameters, padded_vocab
 from launcher.run.metrics import flops_per_step
@@ -15,15 +15,7 @@ MOE = ["model=moe_tiny"]
 DENSE_LLAMA = ["model=llama_tiny"]
 
 RULES = [
-    # rope
-    (["model.rotary_base=500000"], r"model.rotary_base=500000 has no effect with "
-                                   r"model.position_embedding=learned_absolute; set "
-                                   r"model.position_embedding=rope, or model.rotary_base=null"),
-    (["model.rotary_percent=0.5"], r"model.rotary_percent=0.5 has no effect"),
-    (["model.rope_scaling=true"], r"model.rope_scaling=true scales rotary frequencies, and "
-                                  r"model.position_embedding=learned_absolute has none"),
-    (DENSE_LLAMA + ["model.rope_scaling_factor=8"],
-     r"model.rope_scaling_factor=8.0 has no effect with model.rope_scaling=false"),
+    # rope (a key that acts only with another: tests/unit/test_effect.py)
     (DENSE_LLAMA + ["model.rotary_percent=1.5"], r"model.rotary_percent=1.5 must be in \(0, 1\]"),
     (DENSE_LLAMA + ["model.kv_channels=15"], r"rope rotates channel pairs, and 15 channels per "
                                              r"head rotate"),
@@ -40,13 +32,6 @@ RULES = [
     (MOE + ["model.moe.layer_freq=[0,2]"], r"model.moe.layer_freq holds 2; each entry is 0"),
     (MOE + ["model.moe.layer_freq=[0,0]"], r"model.moe.layer_freq has no MoE layer"),
     (MOE + ["model.moe.aux_loss_coeff=-1"], r"model.moe.aux_loss_coeff=-1.0 must be >= 0"),
-    (["model.moe.ffn_hidden_size=64"], r"model.moe.ffn_hidden_size=64 has no effect with "
-                                       r"model.moe.num_experts=null"),
-    (["model.moe.layer_freq=[1,1]"], r"model.moe.layer_freq has no effect with "
-                                     r"model.moe.num_experts=null"),
-    (["parallel.expert_model_parallel_size=2"],
-     r"parallel.expert_model_parallel_size=2 splits experts, and model.moe.num_experts=null "
-     r"makes none"),
     (MOE + ["parallel.expert_model_parallel_size=3"],
      r"parallel.expert_model_parallel_size=3 must divide model.moe.num_experts=4"),
     (MOE + ["parallel.tensor_model_parallel_size=2"],
@@ -57,9 +42,6 @@ RULES = [
      r"model.num_query_groups=3 must be a multiple or a divisor of "
      r"parallel.tensor_model_parallel_size=2"),
     # HSDP
-    (["fsdp.outer_dp_sharding_strategy=optim"],
-     r"fsdp.outer_dp_sharding_strategy=optim shards across HSDP groups, and "
-     r"fsdp.num_distributed_optimizer_instances=1 makes one group"),
     (["fsdp.outer_dp_sharding_strategy=optim", "fsdp.num_distributed_optimizer_instances=2",
       "fsdp.sharding_strategy=optim_grads"],
      r"fsdp.outer_dp_sharding_strategy=optim needs fsdp.sharding_strategy=optim_grads_params "
@@ -73,14 +55,8 @@ RULES = [
     (["model.recompute.granularity=full", "model.recompute.method=block",
       "model.recompute.num_layers=3"], r"model.recompute.num_layers=3 must be between 1 and "
                                        r"model.num_layers=2"),
-    (["model.recompute.granularity=selective", "model.recompute.method=uniform"],
-     r"model.recompute.method=uniform has no effect with model.recompute.granularity=selective"),
-    (["model.recompute.num_layers=1"], r"model.recompute.num_layers=1 has no effect with "
-                                       r"model.recompute.granularity=null"),
     (["model.recompute.granularity=selective", "model.recompute.modules=[]"],
      r"recomputes nothing"),
-    (["model.recompute.modules=[mlp]"], r"model.recompute.modules has no effect unless "
-                                        r"model.recompute.granularity=selective"),
     (["model.recompute.granularity=selective", "model.recompute.modules=[moe]"],
      r"model.recompute.modules holds moe, which this model has not"),
     (MOE + ["model.recompute.granularity=selective", "model.recompute.modules=[mlp]"],

@@ -1,0 +1,150 @@
+"""Which keys act only under another key's value, as one table, and the rule that reads it: a key
+set away from its default where the key that gives it effect is off is refused, in one line that
+names that key. A setting that trains with an `ok` summary and does nothing is a wrong result,
+not a harmless one: a sweep cell labelled with it measures something else.
+
+Left out on purpose: model.mock_vocab_size (every model option sets it; data=indexed reads the
+tokenizer's vocabulary instead), and keys whose default itself can be inert (fsdp.prefetch_first_
+param_group=true with no_shard), which their section's rules refuse by value.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, Tuple
+
+from launcher.config.choices import (
+    CudaGraphImpl, DataKind, LrSchedule, PositionEmbedding, Precision, ProfileKind,
+    RecomputeGranularity, ShardingStrategy, WandbMode,
+)
+from launcher.config.error import ConfigError
+from launcher.config.schema import Config, as_dict, lookup
+
+@dataclass(frozen=True)
+class Dependency:
+    keys: Tuple[str, ...]
+    """Dotted keys that act only where `active` holds."""
+    governor: str
+    """The key that gives them effect (MULTIRUN: launch -m)."""
+    active: Callable[[Config], bool]
+    """Whether the governor, in this config, gives them effect."""
+    enable: str
+    """What to set for them to act, as the fix says it."""
+
+
+def _moe(cfg: Config) -> bool:
+    return cfg.model.moe.enabled
+
+
+TABLE = (
+    Dependency(("profile.steps", "profile.ranks", "profile.memory", "profile.with_stack"),
+               "profile.kind", lambda c: c.profile.kind != ProfileKind.none,
+               "profile=torch or profile=nsys"),
+    Dependency(("profile.with_stack",), "profile.kind",
+               lambda c: c.profile.kind == ProfileKind.torch, "profile=torch"),
+    Dependency(("model.moe.router_topk", "model.moe.ffn_hidden_size",
+                "model.moe.shared_expert_ffn_hidden_size", "model.moe.layer_freq",
+                "model.moe.aux_loss_coeff", "model.moe.token_dispatcher",
+                "model.moe.router_score_function", "model.moe.grouped_gemm",
+                "parallel.expert_model_parallel_size"),
+               "model.moe.num_experts", _moe, "model.moe.num_experts"),
+    Dependency(("model.recompute.method", "model.recompute.num_layers"),
+               "model.recompute.granularity",
+               lambda c: c.model.recompute.granularity == RecomputeGranularity.full,
+               "model.recompute.granularity=full"),
+    Dependency(("model.recompute.modules",), "model.recompute.granularity",
+               lambda c: c.model.recompute.granularity == RecomputeGranularity.selective,
+               "model.recompute.granularity=selective"),
+    Dependency(("model.rotary_base", "model.rotary_percent", "model.rope_scaling"),
+               "model.position_embedding",
+               lambda c: c.model.position_embedding == PositionEmbedding.rope,
+               "model.position_embedding=rope"),
+    Dependency(("model.rope_scaling_factor",), "model.rope_scaling",
+               lambda c: c.model.rope_scaling, "model.rope_scaling=true"),
+    Dependency(("fsdp.double_buffer",), "fsdp.sharding_strategy",
+               lambda c: c.fsdp.sharding_strategy == ShardingStrategy.optim_grads_params,
+               "fsdp.sharding_strategy=optim_grads_params"),
+    Dependency(("fsdp.nccl_ub",), "fsdp.double_buffer", lambda c: c.fsdp.double_buffer,
+               "fsdp.double_buffer=true"),
+    Dependency(("fsdp.outer_dp_sharding_strategy",), "fsdp.num_distributed_optimizer_instances",
+               lambda c: c.fsdp.num_distributed_optimizer_instances > 1,
+               "fsdp.num_distributed_optimizer_instances to 2 or more"),
+    Dependency(("cuda_graph.warmup_steps",), "cuda_graph.impl",
+               lambda c: c.cuda_graph.impl != CudaGraphImpl.none, "cuda_graph.impl=full_iteration"),
+    Dependency(("cuda_graph.modules",), "cuda_graph.impl",
+               lambda c: c.cuda_graph.impl in (CudaGraphImpl.local,
+                                               CudaGraphImpl.transformer_engine),
+               "cuda_graph.impl=local or transformer_engine (per-layer graphs, which "
+               "Megatron-FSDP does not support yet)"),
+    Dependency(("data.path", "data.split", "data.cache_dir"), "data.kind",
+               lambda c: c.data.kind == DataKind.indexed, "data=indexed"),
+    Dependency(("train.eval_iters",), "train.eval_interval", lambda c: c.train.eval_interval > 0,
+               "train.eval_interval to a number of steps"),
+    Dependency(("train.min_lr",), "train.lr_schedule",
+               lambda c: c.train.lr_schedule != LrSchedule.constant,
+               "train.lr_schedule=cosine or linear"),
+    Dependency(("train.grad_reduce_in_bf16",), "train.precision",
+               lambda c: c.train.precision == Precision.bf16, "train.precision=bf16"),
+    Dependency(("train.checkpoint.dir",), "train.checkpoint.interval",
+               lambda c: bool(c.train.checkpoint.interval or c.train.checkpoint.resume),
+               "train.checkpoint.interval (or train.checkpoint.resume)"),
+    Dependency(("logging.tensorboard.dir", "logging.tensorboard.name",
+                "logging.tensorboard.hparams"), "logging.tensorboard.enabled",
+               lambda c: c.logging.tensorboard.enabled, "logging.tensorboard.enabled=true"),
+    Dependency(("logging.wandb.project", "logging.wandb.entity", "logging.wandb.group",
+                "logging.wandb.name", "logging.wandb.tags", "logging.wandb.verbose"),
+               "logging.wandb.mode", lambda c: c.logging.wandb.mode != WandbMode.disabled,
+               "logging.wandb.mode=offline or online"),
+    Dependency(("sweep.min_repeats", "sweep.memory_limit_gib", "sweep.allow_numerics_change"),
+               "sweep.tune", lambda c: c.sweep.tune, "sweep.tune=true"),
+)
+
+
+def sweep_keys() -> Tuple[str, ...]:
+    """Every key of the sweep section: they configure `launch -m`, and nothing in one run."""
+    from launcher.config.sections import SweepConfig
+
+    return tuple(f"sweep.{f.name}" for f in dataclasses.fields(SweepConfig))
+
+
+def shown(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(shown(v) for v in value) + "]"
+    return str(value)
+
+
+def check_effect(cfg: Config, swept: Optional[Sequence[str]] = None) -> None:
+    """Refuses the first key set away from its default whose governor gives it no effect.
+
+    swept: None for a single run, where the sweep keys act on nothing. For a sweep's cell, the
+    keys the sweep varies: the sweep keys act, and a key whose governor is swept is let through
+    where that governor is off (cuda_graph.warmup_steps=1 across cuda_graph.impl=none,
+    full_iteration acts in the graph cells; the same grid cannot leave it out of the others).
+    """
+    values, defaults = as_dict(cfg), as_dict(Config())
+    if swept is None:
+        for key in sweep_keys():
+            if lookup(values, key) != lookup(defaults, key):
+                raise ConfigError(
+                    f"{key}={shown(lookup(values, key))} has no effect in a single run (it "
+                    "configures a sweep); add -m (launch -m ...), or leave it at its default "
+                    f"({shown(lookup(defaults, key))})")
+    for rule in TABLE:
+        if rule.active(cfg) or is_swept(rule.governor, swept or ()):
+            continue
+        for key in rule.keys:
+            value, default = lookup(values, key), lookup(defaults, key)
+            if value != default:
+                raise ConfigError(
+                    f"{key}={shown(value)} has no effect with {rule.governor}="
+                    f"{shown(lookup(values, rule.governor))}; set {rule.enable}, or leave {key} "
+                    f"at its default ({shown(default)})")
+
+
+def is_swept(key: str, swept: Sequence[str]) -> bool:
+    """`key` varies across the sweep: swept itself, or chosen by a swept config group
+    (profile=none,torch sweeps profile.kind)."""
+    return any(key == s or key.startswith(s + ".") for s in swept)
