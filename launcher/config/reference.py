@@ -243,8 +243,18 @@ def table(prefix: str, cls, defaults: dict, schema: dict, ranges: dict) -> list:
         enum = enum_of(f.type)
         allowed = ", ".join(f"`{e.value}`" for e in enum) if enum else cell(ranges.get(key, ""))
         lines.append(f"| `{key}` | {type_name(f.type)} | {default} | {allowed} | "
-                     f"{cell(first_sentence(docs.get(f.name, '')))} |")
+                     f"{cell(first_sentence(docs.get(f.name, '')) + acts_only(key))} |")
     return lines
+
+
+def acts_only(key: str) -> str:
+    """Where the key acts only under another's value (launcher.config.effect's table)."""
+    from launcher.config.effect import TABLE, sweep_keys
+
+    enable = [rule.enable for rule in TABLE if key in rule.keys]
+    if key in sweep_keys():
+        enable.insert(0, "`launch -m`")
+    return f" Acts only with {' and '.join(enable)}." if enable else ""
 
 
 def render() -> str:
@@ -271,8 +281,10 @@ def render() -> str:
         "- **Allowed**: an enum's every value; otherwise the range a rule of the schema states "
         "(blank: any value of the type). Rules across keys are in each section's docstring and "
         "refused at compose time with the key and the fix.",
-        "- **Description**: the first sentence of the field's docstring; the whole docstring is "
-        "in the section's source file, named under each heading.",
+        "- **Description**: the first sentence of the field's docstring (the whole docstring is "
+        "in the section's source file, named under each heading); and, where the key acts only "
+        "under another's value, which: set without it, the key is refused before any rank "
+        "starts (launcher/config/effect.py).",
         "",
         "## Recipes",
         "",
