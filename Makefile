@@ -2,7 +2,7 @@ PY ?= python3.12
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-tools
+.PHONY: demo test test-all test-tools
 
 $(STAMP): pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found; install Python 3.12"; exit 2; }
@@ -15,7 +15,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	WANDB_SILENT=true $(VENV)/bin/launch +recipe=tiny_cpu
 
+# The quick tier: tests/unit, and one test of each stage through the real M-FSDP (a 1-rank and
+# a 2-rank run, a sweep with its report, a resume): minutes, for the edit-test loop.
 test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m "unit or quick"
+
+# Every tier (the optional ones skip, saying why, without `make test-tools`): what CI runs.
+test-all: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
 # The optional tiers' tools (root and apt, Debian/Ubuntu): Chromium for the sweep report's browser

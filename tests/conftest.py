@@ -78,6 +78,14 @@ def read_wandb(run_dir) -> dict:
     return run
 
 
+def pytest_collection_modifyitems(items):
+    """tests/unit's tests carry the `unit` marker: `make test` selects `unit or quick`."""
+    unit = Path(__file__).parent / "unit"
+    for item in items:
+        if unit in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.unit)
+
+
 @pytest.fixture(autouse=True)
 def cpu_tiers_see_no_gpu(request, monkeypatch):
     """Every tier but tests/gpu tests the CPU path (gloo, the CPU layer), on any machine: on a GPU

@@ -36,7 +36,9 @@ def losses(run_dir):
 # sharded (2-rank) save and load (a third, fp32 on 2 ranks, added 29 s and nothing these miss);
 # the MoE twin, each of its 2 ranks holding 2 of the 4 experts (their keys renamed to global
 # expert indices, as Megatron-LM's preprocess_fsdp_dtensor_state_dict does)
-@pytest.mark.parametrize("recipe,ranks", [("tiny_cpu", 1), ("gpt_tiny_bf16", 2), ("moe_ep2", 2)])
+@pytest.mark.parametrize("recipe,ranks", [("tiny_cpu", 1),
+                                          pytest.param("gpt_tiny_bf16", 2, marks=pytest.mark.quick),
+                                          ("moe_ep2", 2)])
 def test_killed_run_resumes_with_the_same_loss_curve(tmp_path, recipe, ranks):
     env = dict(os.environ, HOME=str(tmp_path / "home"))
     reference = tmp_path / "reference"

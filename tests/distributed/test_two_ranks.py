@@ -54,6 +54,7 @@ def assert_same_training(reference, other):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-3)
 
 
+@pytest.mark.quick
 def test_two_ranks_shard_and_match_one_rank(one_rank, two_ranks):
     s1, s2 = one_rank[0], two_ranks[0]
     assert_same_training(one_rank, two_ranks)

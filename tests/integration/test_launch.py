@@ -13,7 +13,8 @@ pytestmark = pytest.mark.integration
 FIXED = ["+recipe=tiny_cpu", "train.steps=20", "data.fixed_batch=true"]
 
 
-@pytest.mark.parametrize("prefetch,expected", [(True, 20), (False, 0)])
+@pytest.mark.parametrize("prefetch,expected", [pytest.param(True, 20, marks=pytest.mark.quick),
+                                               (False, 0)])
 def test_tiny_run_trains_and_counts_first_group_prefetches(launch, prefetch, expected):
     proc, run_dir = launch(*FIXED, f"fsdp.prefetch_first_param_group={str(prefetch).lower()}")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -71,6 +71,7 @@ def test_tensorboard_runs_sit_in_their_cell_folders_named_by_cell_and_repeat(swe
         assert metrics["summary/tokens_per_s_per_gpu"] > 0
 
 
+@pytest.mark.quick
 def test_preflight_lists_every_cell_and_the_refused_one_with_its_reason(sweep):
     proc, _ = sweep
     plan = proc.stdout[:proc.stdout.index("refused\n") + 7]  # up to the plan's last line
@@ -81,6 +82,7 @@ def test_preflight_lists_every_cell_and_the_refused_one_with_its_reason(sweep):
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.quick
 def test_results_hold_every_cell(sweep):
     _, sweep_dir = sweep
     rows = read_csv(sweep_dir)
@@ -257,6 +259,7 @@ def test_shrunk_gpt_recipe_sweeps_in_bf16_with_its_graph_cell_through_the_wrappe
     assert "ok (CUDA graph not captured: ran eagerly)" in (sweep_dir / "results.md").read_text()
 
 
+@pytest.mark.quick
 def test_a_sweep_prints_one_line_per_run_and_where_to_look_once(sweep):
     """docs/sweeps.md's sweep as a user sees it (wandb not silenced from outside): the plan, one
     line per run (its cell, its repeat, its result), the results, then where to look at every
