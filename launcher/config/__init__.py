@@ -4,8 +4,9 @@ Owns the typed schema (one dataclass per config group: `model.py` for what is bu
 parallel, fsdp and cuda_graph, `layers.py`, its moe and recompute, and `fusions.py`, its fused
 kernels; `sections.py` for how it runs, train, data, logging, runtime and sweep; `profile.py`, the
 profiling window; `schema.py`: the root `Config`, the rules across sections and those that need the
-world size; `error.py`: ConfigError), the enums of its vocabulary (`choices.py`), and the one-line
-explanation of Hydra's composition errors (`explain.py`). It may import the standard library,
+world size; `error.py`: ConfigError), the enums of its vocabulary (`choices.py`), which keys act
+only under which (`effect.py`), the one-line explanation of Hydra's composition errors
+(`explain.py`), and the configuration reference it generates (`reference.py`). It may import the standard library,
 omegaconf and hydra, and nothing else: no torch, no megatron, nothing from launcher's other stages.
 Every other stage imports it.
 """
