@@ -223,8 +223,9 @@ class LoggingConfig:
     interval: int = 1
     """Log every N steps."""
     print_steps: Optional[bool] = None
-    """A console line per logged step; null: yes in a single run, no in a sweep's jobs (each
-    prints its start and result lines; metrics.jsonl and wandb keep every step)."""
+    """A console line per logged step; null: yes in a single run, no in a sweep's jobs (their
+    output goes to each run's console.log, the sweep prints a line per job; metrics.jsonl and
+    wandb keep every step). true in a sweep also leaves its jobs' output on the console."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """Weights & Biases settings."""
     tensorboard: TensorboardConfig = field(default_factory=TensorboardConfig)
