@@ -10,7 +10,7 @@ param_group=true with no_shard), which their section's rules refuse by value.
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from launcher.config.choices import (
     CudaGraphImpl, DataKind, LrSchedule, PositionEmbedding, Precision, ProfileKind,
@@ -132,16 +132,20 @@ def check_effect(cfg: Config, swept: Optional[Sequence[str]] = None) -> None:
                     f"{key}={shown(lookup(values, key))} has no effect in a single run (it "
                     "configures a sweep); add -m (launch -m ...), or leave it at its default "
                     f"({shown(lookup(defaults, key))})")
-    for rule in TABLE:
-        if rule.active(cfg) or is_swept(rule.governor, swept or ()):
-            continue
-        for key in rule.keys:
-            value, default = lookup(values, key), lookup(defaults, key)
-            if value != default:
-                raise ConfigError(
-                    f"{key}={shown(value)} has no effect with {rule.governor}="
-                    f"{shown(lookup(values, rule.governor))}; set {rule.enable}, or leave {key} "
-                    f"at its default ({shown(default)})")
+    for key, rule in inert(cfg, swept or ()):
+        raise ConfigError(
+            f"{key}={shown(lookup(values, key))} has no effect with {rule.governor}="
+            f"{shown(lookup(values, rule.governor))}; set {rule.enable}, or leave {key} at its "
+            f"default ({shown(lookup(defaults, key))})")
+
+
+def inert(cfg: Config, swept: Sequence[str] = ()) -> List[Tuple[str, Dependency]]:
+    """(key, its rule) for each table key set away from its default whose governor is off (and
+    not swept), in the table's order."""
+    values, defaults = as_dict(cfg), as_dict(Config())
+    return [(key, rule) for rule in TABLE
+            if not rule.active(cfg) and not is_swept(rule.governor, swept)
+            for key in rule.keys if lookup(values, key) != lookup(defaults, key)]
 
 
 def is_swept(key: str, swept: Sequence[str]) -> bool:

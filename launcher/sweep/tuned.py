@@ -20,7 +20,8 @@ import yaml
 
 from launcher.files import write_text_atomic
 from launcher.sweep.numerics import from_row
-from launcher.sweep.plan import UNMEASURED, bare_key
+from launcher import summary as run_summary
+from launcher.sweep.plan import UNMEASURED, attempts, bare_key
 from launcher.sweep.results import Results, display, significant
 
 # not part of what a run measures: Hydra's own settings, the recipe itself, and UNMEASURED
@@ -111,11 +112,15 @@ def recipe_text(results: Results, base: Optional[str], groups: List[str]) -> Opt
                      + (f"; {note}" if note else "") if row["status"] != "invalid"
                      else f"#   {row['label']}: invalid ({row['reason']})")
     cell = plan.cell(chosen["cell"])
-    defaults, values = ([f"  - {base}"] if base else []), {}
+    defaults, values, inert = ([f"  - {base}"] if base else []), {}, left_out(plan, cell.id)
     for override in cell.overrides:
         key, _, value = override.partition("=")
         key = bare_key(key)
         if key.startswith(SKIPPED):
+            continue
+        if key in inert:
+            lines.append(f"# Left out: {key}={value}, which has no effect with {inert[key]} (the "
+                         "sweep fixed it for its other cells; one run refuses it).")
             continue
         if key in groups:
             defaults.append(f"  - override /{key}: {value}")
@@ -125,6 +130,30 @@ def recipe_text(results: Results, base: Optional[str], groups: List[str]) -> Opt
     if values:
         lines.append(yaml.safe_dump(values, sort_keys=False).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def left_out(plan, cell: str) -> dict:
+    """Keys the sweep fixed that have no effect in this cell, its swept governor off here
+    (cuda_graph.warmup_steps across cuda_graph.impl=none,full_iteration, the none cell chosen),
+    each with its governor's value; read from the config an ok run of the cell recorded."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from launcher.config import Config, ConfigError, as_dict
+    from launcher.config.effect import inert
+    from launcher.config.schema import lookup
+
+    found = [run_summary.read(d) for r in range(plan.repeats) for d in attempts(plan.sweep_dir,
+                                                                                cell, r)]
+    configs = [s.config for s in found if getattr(s, "status", None) == "ok" and s.config]
+    if not configs:
+        return {}
+    try:
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), configs[0]))
+    except (ConfigError, OmegaConfBaseException):  # a summary of another version's schema
+        return {}
+    values = as_dict(cfg)
+    return {key: f"{rule.governor}={lookup(values, rule.governor)}" for key, rule in inert(cfg)}
 
 
 def nest(tree: dict, path: List[str], value) -> None:

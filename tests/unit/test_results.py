@@ -191,3 +191,31 @@ def test_the_tuner_drops_cells_above_the_memory_limit_and_says_so(tmp_path):
            "CPU); cells above it left the race." in text
     assert "prefetch_first_param_group: fits" in text
     assert "profile" not in text.split("defaults:")[1]  # how it was watched, not what it measured
+
+
+def test_the_tuned_recipe_leaves_out_what_has_no_effect_in_the_chosen_cell(tmp_path):
+    """A sweep of cuda_graph.impl=none,full_iteration with cuda_graph.warmup_steps=1 fixed: the
+    none cell wins, and its recipe, run alone, would be refused for the warmup it never uses."""
+    from launcher.sweep import tuned
+
+    keys = ["cuda_graph.impl"]
+    cells = [Cell(impl, f"impl={impl}", {keys[0]: impl},
+                  [f"cuda_graph.impl={impl}", "cuda_graph.warmup_steps=1", "train.lr=0.002"],
+                  True, "") for impl in ("none", "full_iteration")]
+    plan = Plan("graphs", str(tmp_path), keys, 2, 0, "full_iteration", "graphs", cells,
+                tune=True, allow_numerics_change=True)  # these hand-made runs hold no losses
+    for repeat in range(2):
+        fast, slow = summary([t / 2 for t in STEPS]), summary(STEPS)
+        fast.config = {"cuda_graph": {"impl": "none", "warmup_steps": 1},
+                       "train": {"precision": "fp32"}}
+        slow.config = {"cuda_graph": {"impl": "full_iteration", "warmup_steps": 1},
+                       "fsdp": {"prefetch_first_param_group": False},
+                       "train": {"precision": "fp32"}}
+        write_run(tmp_path, "none", repeat, 0, fast)
+        write_run(tmp_path, "full_iteration", repeat, 0, slow)
+    text = tuned.recipe_text(collect(plan), "tiny_cpu", [])
+    assert "# Chosen: impl=none." in text
+    assert ("# Left out: cuda_graph.warmup_steps=1, which has no effect with "
+            "cuda_graph.impl=none") in text
+    recipe = text.split("defaults:")[1]
+    assert "warmup_steps" not in recipe and "impl: none" in recipe and "lr: 0.002" in recipe
