@@ -111,6 +111,16 @@ def test_results_hold_every_cell(sweep):
     assert "defect" not in markdown
 
 
+@pytest.mark.quick
+def test_the_report_is_written_with_every_cell(sweep):
+    """report.html (charts inline, the table) and report.png: the browser test, with Chromium,
+    opens it; this one needs none, so the quick tier holds the report too."""
+    _, sweep_dir = sweep
+    html = (sweep_dir / "report.html").read_text()
+    assert "<svg" in html and "prefetch_first_param_group=false, impl=full_iteration" in html
+    assert (sweep_dir / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_runs_are_grouped_and_tagged_for_wandb(sweep):
     _, sweep_dir = sweep
     row = read_csv(sweep_dir)[("false", "full_iteration")]
