@@ -66,9 +66,15 @@ def test_startup_benchmark_runs_and_ends_with_its_line():
 
 
 def test_overhead_benchmark_runs_and_ends_with_its_line():
-    proc = subprocess.run([sys.executable, "bench/overhead.py", "--pairs", "1", "--steps", "4"],
-                          capture_output=True, text=True, timeout=900,
+    proc = subprocess.run([sys.executable, "bench/overhead.py", "--pairs", "2", "--steps", "4",
+                           "--cores", "0"], capture_output=True, text=True, timeout=900,
                           cwd=Path(__file__).parents[2])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"steady_state_ratio=\d+\.\d{3} first_step_ratio=\d+\.\d{3}", last)
+    ratio = r"(\d+\.\d{3}) \[(\d+\.\d{3}), (\d+\.\d{3})\]"
+    found = re.fullmatch(rf"steady_state_ratio={ratio} first_step_ratio={ratio}", last)
+    assert found, last
+    figures = [float(v) for v in found.groups()]
+    for figure, low, high in (figures[:3], figures[3:]):  # the interval holds its figure
+        assert low <= figure <= high
+    assert "cores [0]" in proc.stdout
