@@ -50,7 +50,11 @@ def cluster():
 
 
 def sweep(env, sweep_dir, *overrides, timeout=900, background=False):
-    command = [LAUNCH, "-m", *TINY, *PRESET, *overrides, f"hydra.sweep.dir={sweep_dir}"]
+    # the graph warmup acts in graph cells only: a sweep that fixes cuda_graph.impl=none would
+    # be refused for it (launcher/config/effect.py)
+    tiny = [o for o in TINY if "cuda_graph.impl=none" not in overrides
+            or not o.startswith("cuda_graph.warmup_steps=")]
+    command = [LAUNCH, "-m", *tiny, *PRESET, *overrides, f"hydra.sweep.dir={sweep_dir}"]
     env = dict(env, HOME=str(sweep_dir.parent / "home"))
     if background:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
