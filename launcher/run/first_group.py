@@ -165,15 +165,16 @@ class FirstGroupProbe:
             self.samples[self._step] = Sample(issue.where, issue.nbytes, allgather, wait)
 
     def settle(self) -> None:
-        """Waits until the first group's all-gather in flight, if any (the prefetch the last
-        step's start_param_sync issued), has run: the profiling window stops only then
-        (launcher.run.profile), with no collective it saw begin still running on gloo's worker
-        thread while torch.profiler finalizes its trace (pytorch/pytorch#187483 fixes such a
-        teardown race for the profiler's global callbacks)."""
-        entry = self._pipeline.param_gather_event_map.get(
-            self._pipeline.get_bucket_key(self._first, False))
-        if entry is not None:
-            for work in _works(entry[0]):
+        """Waits until every all-gather in flight has run: the first group's prefetch that the
+        last step's start_param_sync issued, and the buckets M-FSDP prefetched with it
+        (`suggested_AG_prefetch_size`). The profiling window stops only then
+        (launcher.run.profile), so that no collective issued while torch.profiler recorded is
+        still running on gloo's worker thread when it stops: such a collective ends its profiler
+        range after the profiler is gone (pytorch/pytorch#187483 fixes such a teardown race for
+        the profiler's global callbacks), and a rank died of it at its next wait
+        (docs/crashes.md)."""
+        for handle, _ in list(self._pipeline.param_gather_event_map.values()):
+            for work in _works(handle):
                 work.wait()
 
     def _wrap(self, adapter) -> None:
