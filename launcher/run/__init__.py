@@ -2,14 +2,16 @@
 
 Owns starting the ranks (`spawn.py`: torch's elastic launch, as torchrun does) and learning each
 rank's place in the world whoever started it (`ranks.py`); the rank itself (`worker.py`): the CPU
-compatibility layer (`cpu_compat.py`, and `gloo.py`: one worker thread per gloo group), megatron-
-core's model, M-FSDP and optimizer (`build.py`), the training loop (`loop.py`) and its full-
-iteration CUDA graphs (`graphs.py`, megatron-core's FullCudaGraphWrapper), the first parameter
-group's all-gather counted and timed (`first_group.py`), a mixture of experts' routing
+compatibility layer (`cpu_compat.py`, and `gloo.py`: one worker thread per gloo group), then the
+run as one object (`trainer.py`: the Trainer and its loop) with megatron-core's model, M-FSDP and
+optimizer (`build.py`) and its full-iteration CUDA graphs (`graphs.py`, megatron-core's
+FullCudaGraphWrapper); what watches a step (`hooks.py`: the step hooks in their order), the first
+parameter group's all-gather counted and timed (`first_group.py`), a mixture of experts' routing
 (`experts.py`), the profiling window (`profile.py`), checkpoints (`checkpoint.py`: collective save
 and load; `resume.py`: the checks that need no torch, in the launch process), a rank's stack kept
 where a signal kills it (`crashes.py`), throughput arithmetic (`metrics.py`), what a rank records
-(`record.py`) and writes (`outputs.py`: metrics.jsonl, wandb, TensorBoard); the classes a failure
+(`record.py`) and writes (`outputs.py`: each per-step metric declared once, metrics.jsonl, wandb,
+TensorBoard, the console); the classes a failure
 falls into (`failures.py`); the one pre-flight of a run or a sweep's cell (`preflight.py`); the
 environment a run needs, checked and set before any rank starts (`environment.py`), and what this
 installation can build (`support.py`: Transformer Engine, the layer spec, context parallelism,

@@ -1,4 +1,5 @@
-"""Builds megatron-core objects from config sections: the mapping, the model, the optimizer.
+"""Builds megatron-core objects from config sections: the mapping, the model, the optimizer, and
+`build_all`, the three of them for a run.
 
 The mapping functions (`transformer_config`, `ddp_config`, `optimizer_config`) are plain functions
 from our typed sections to megatron-core's own config objects. Import this module only after
@@ -24,8 +25,8 @@ from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.module import Float16Module
 
 from launcher.config import (
-    Activation, CudaGraphConfig, FsdpConfig, LayerSpec, ModelConfig, MoeConfig, ParallelConfig,
-    Precision, RecomputeConfig, TrainConfig,
+    Activation, Config, CudaGraphConfig, FsdpConfig, LayerSpec, ModelConfig, MoeConfig,
+    ParallelConfig, Precision, RecomputeConfig, TrainConfig,
 )
 from launcher.run.fusions import Fusions
 from launcher.run.support import layer_spec
@@ -34,10 +35,9 @@ _FSDP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "auto": None}
 
 
 def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph: CudaGraphConfig,
-                       train: TrainConfig, spec: LayerSpec, fusions: Fusions, on_cpu: bool
-                       ) -> TransformerConfig:
-    """Our model/parallel/cuda_graph/train sections as megatron-core's TransformerConfig, for the
-    layer spec `spec` (launcher.run.support.layer_spec) with the fused kernels the run uses
+                       train: TrainConfig, fusions: Fusions, on_cpu: bool) -> TransformerConfig:
+    """Our model/parallel/cuda_graph/train sections as megatron-core's TransformerConfig, with the
+    fused kernels the run uses and the layer spec they were resolved for
     (launcher.run.fusions.resolve). docs/megatron_lm_parity.md lists every field where it differs
     from what Megatron-LM builds from the same settings (launch ... runtime.print_megatron_lm)."""
     swiglu = model.activation == Activation.swiglu
@@ -71,7 +71,7 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
         layernorm_epsilon=model.norm_epsilon,
         **fusions.fields(),
         use_cpu_initialization=on_cpu,
-        transformer_impl=spec.value,
+        transformer_impl=fusions.spec.value,
         # as Megatron-LM's core_transformer_config_from_args; neither acts in this launcher's runs
         deallocate_pipeline_outputs=True, cp_comm_type="p2p", inference_sampling_seed=train.seed,
         cuda_graph_impl=cuda_graph.impl.value,
@@ -274,3 +274,46 @@ def build_optimizer(wrapped, train: TrainConfig, fsdp: FsdpConfig):
         wd_incr_style="constant",
     )
     return optimizer, scheduler
+
+
+def build_all(cfg: Config, on_cpu: bool):
+    """The M-FSDP-wrapped GPT, its DistributedOptimizer and LR scheduler. With CUDA graphs on,
+    the config keeps cuda_graph_impl on a CPU too (the model builds the same); only capture is
+    out of a CPU's reach (launcher.run.graphs)."""
+    from launcher.run import graphs
+
+    if not on_cpu:  # where megatron.training's pretrain warms its fusions up: before the build
+        warm_up_fusions(megatron_lm_flags(cfg, on_cpu))
+    tconfig = transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train,
+                                 run_fusions(cfg, on_cpu), on_cpu)
+    device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+    ddp = ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train, on_cpu)
+    model = build_model(cfg.model, cfg.parallel, tconfig, ddp, device,
+                        graphs.wrapping_stream(cfg.cuda_graph))
+    optimizer, scheduler = build_optimizer(model, cfg.train, cfg.fsdp)
+    tconfig.grad_scale_func = optimizer.scale_loss
+    return model, optimizer, scheduler
+
+
+def megatron_lm_flags(cfg: Config, on_cpu: bool) -> list:
+    """This run as Megatron-LM's flags (launcher.run.megatron_lm)."""
+    from launcher.run import megatron_lm
+
+    return megatron_lm.flags(cfg, run_fusions(cfg, on_cpu), layer_spec(cfg.model), on_cpu)
+
+
+def run_fusions(cfg: Config, on_cpu: bool) -> Fusions:
+    """The fused kernels this run uses (launcher.run.fusions)."""
+    from launcher.run import fusions
+
+    return fusions.resolve(cfg.model, layer_spec(cfg.model), cfg.train.precision, on_cpu,
+                           fusions.Kernels.here())
+
+
+def local_shard_numel(model) -> int:
+    """Elements of the model weights this rank holds (its M-FSDP shard)."""
+    total = 0
+    for group in model.param_and_grad_buffer.parameter_groups:
+        if group.model_weight_buffer is not None:
+            total += group.model_weight_buffer.data.numel()
+    return total

@@ -5,7 +5,8 @@ tracker (transformer/moe/moe_logging.py), and `report` reduces it over the ranks
 over MoE layers and microbatches, as Megatron-LM's training_log does every step
 (track_moe_metrics). Tokens per expert are counted from each router's routing map (a forward hook,
 summed over MoE layers and microbatches, then over the data-parallel ranks). Both are collectives:
-every rank calls `step_record` after every step. A model without experts gets no probe.
+every rank calls `record` after every step (launcher.run.hooks). A model without experts gets no
+probe.
 """
 
 from typing import List, Optional
@@ -15,11 +16,23 @@ from megatron.core import parallel_state
 from megatron.core.transformer.moe.moe_logging import get_moe_metrics_tracker
 from megatron.core.transformer.moe.router import Router
 
+from launcher.run.hooks import StepHook
+from launcher.run.outputs import Metric
+
 _LOSS = "load_balancing_loss"
 
 
-class ExpertProbe:
-    """Counts the routing of every MoE layer of `model`; `step_record` empties the counts."""
+class ExpertProbe(StepHook):
+    """Counts the routing of every MoE layer of `model`: a step hook (launcher.run.hooks), whose
+    record (a collective) is the step's load-balancing loss and tokens per expert, and empties the
+    counts."""
+
+    metrics = (
+        Metric("moe_aux_loss", "train/moe_aux_loss", "", "megatron's load-balancing loss, "
+               "averaged over MoE layers and microbatches (1 when balanced); null when off"),
+        Metric("tokens_per_expert", None, "tokens", "tokens routed to each expert, over every MoE "
+               "layer and data-parallel rank (a list: not charted)"),
+    )
 
     def __init__(self, model, num_experts: int, num_layers: int, layer_pattern: List[int],
                  num_microbatches: int):
@@ -35,7 +48,7 @@ class ExpertProbe:
             counted = outputs[1].sum(dim=0, dtype=torch.long)  # routing map: tokens x experts
             self.counts = counted if self.counts is None else self.counts + counted
 
-    def step_record(self) -> dict:
+    def record(self, step: int) -> dict:
         """{"moe_aux_loss": the step's load-balancing loss (null when the loss is off),
         "tokens_per_expert": [tokens routed to each expert, over every MoE layer and rank]}."""
         totals = {}

@@ -17,7 +17,7 @@ Clocks: on a CPU the host clock, with the completion time noted by a thread that
 work beside the rank (no wait is added to the rank); on a GPU CUDA events: one on the compute
 stream at the issue, one on a side stream made to wait for the collective (a device-side wait),
 one on the compute stream where the forward waits; they are read after the step's own sync point
-(launcher.run.loop.train).
+(launcher.run.trainer: Trainer.train).
 Inside a CUDA-graph capture nothing is recorded, and a replay runs no Python, so a captured run
 has no timing samples (its summary says why).
 """
@@ -30,7 +30,8 @@ from typing import Dict, Optional
 
 import torch
 
-from launcher.run.profile import NO_SPAN
+from launcher.run.hooks import NO_SPAN, StepHook
+from launcher.run.outputs import Metric
 
 START_PARAM_SYNC, FORWARD = "start_param_sync", "forward"
 WATCH_LIMIT_S = 60.0
@@ -130,9 +131,18 @@ def _works(handle):
     return list(getattr(handle, "works", None) or [handle])
 
 
-class FirstGroupProbe:
+class FirstGroupProbe(StepHook):
     """Counts first-group prefetches from start_param_sync and, with `timed`, measures each
-    training step's first-group all-gather (a Sample per step that issued and waited for it)."""
+    training step's first-group all-gather (a Sample per step that issued and waited for it): a
+    step hook (launcher.run.hooks), whose record is the step's sample."""
+
+    metrics = (
+        Metric("first_group_allgather_s", "perf/first_group_allgather_s", "s",
+               "the first group's all-gather, from its issue to its completion; steps that "
+               "issued and waited for it"),
+        Metric("first_group_wait_s", "perf/first_group_wait_s", "s",
+               "how long the step's first forward waited for it: what the switch can save"),
+    )
 
     def __init__(self, adapter, timed: bool):
         self.prefetches = 0
@@ -151,18 +161,24 @@ class FirstGroupProbe:
         """Bytes the first group's all-gather fills: its unsharded bucket(s)."""
         return sum(bucket_bytes(self._pipeline, b) for b in self._coalesced_with_first())
 
-    def step_begins(self, step: int, span=NO_SPAN) -> None:
+    def begin(self, step: int, span=NO_SPAN) -> None:
         """`span`: the profiling window's named ranges in a profiled step (launcher.run.profile),
         around the first group's issue and the forward's wait for it."""
         self._active, self._step, self._span = True, step, span
 
-    def step_ends(self) -> None:
+    def end(self, step: int) -> None:
         """After the step's sync point: the step's events are complete and can be read."""
         self._active, self._span = False, NO_SPAN
         if self._pending is not None:
             (issue, waited), self._pending = self._pending, None
             allgather, wait = self.clock.seconds(issue, waited)
             self.samples[self._step] = Sample(issue.where, issue.nbytes, allgather, wait)
+
+    def record(self, step: int) -> dict:
+        sample = self.samples.get(step)
+        if sample is None:
+            return {}
+        return {"first_group_allgather_s": sample.allgather_s, "first_group_wait_s": sample.wait_s}
 
     def settle(self) -> None:
         """Waits until every all-gather in flight has run: the first group's prefetch that the
@@ -281,7 +297,7 @@ def _capturing() -> bool:
 def summarise(probe: FirstGroupProbe, steady_steps: list, captured: bool) -> dict:
     """The summary's first-group fields over the steady-state steps: medians of the samples."""
     samples = [probe.samples[s] for s in steady_steps if s in probe.samples]
-    fields = {"first_group_bytes": probe.nbytes(), "first_group_allgather_s": None,
+    fields = {"first_group_prefetches": probe.prefetches, "first_group_bytes": probe.nbytes(), "first_group_allgather_s": None,
               "first_group_wait_s": None, "first_group_issued_in": None,
               "first_group_samples": len(samples)}
     if samples:

@@ -61,8 +61,11 @@ class Kernels:
 
 @dataclass(frozen=True)
 class Fusions:
-    """The fusions a run uses, as TransformerConfig's fields, and why each one off is off."""
+    """The fusions a run uses, as TransformerConfig's fields, and why each one off is off; `spec`:
+    the layer spec they were resolved for (launcher.run.support.layer_spec), which the model is
+    built with."""
 
+    spec: LayerSpec
     masked_softmax: bool
     bias_activation: bool
     bias_dropout: bool
@@ -146,5 +149,5 @@ def resolve(model: ModelConfig, spec: LayerSpec, precision: Precision, on_cpu: b
         values[key] = bool(asked) if asked is not None else why is None
         if asked is None and why:
             off.append((key, why))
-    return Fusions(**values, off=tuple(off))
+    return Fusions(spec, **values, off=tuple(off))
 

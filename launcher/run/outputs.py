@@ -1,4 +1,9 @@
-"""A run's outputs as it trains: the metrics.jsonl stream, and its loggers.
+"""A run's outputs as it trains: the per-step metrics as declared, and what writes them: the
+metrics.jsonl stream, the loggers and the console line.
+
+Each per-step metric is one `Metric`, declared beside what measures it (launcher.run.record for the
+step's own, each step hook for its own: launcher.run.hooks); `StepOutputs` writes a step's values
+through those declarations and nothing else, so a metric's names cannot differ between outputs.
 
 A logger has two methods, `log(metrics, step)` and `close(status, results, step)` (the run's end:
 ok, or the failure's class as summary.json has it, and the run's results, its summary's metrics,
@@ -12,9 +17,77 @@ none reads the environment (wandb itself reads the WANDB_* variables its logger 
 import json
 import os
 import shlex
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
 
 from launcher.files import unwritable, write_text_atomic
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One per-step metric, declared once: its metrics.jsonl key, its name on the dashboards
+    (wandb's and TensorBoard's; None: not charted, a list say), its unit, what it is (for
+    docs/outputs.md), and its part of the console's step line (None: not printed)."""
+
+    key: str
+    dashboard: Optional[str]
+    unit: str
+    what: str
+    console: Optional[Callable[[Any], str]] = None
+
+
+def metric_table(declared: Sequence[Metric]) -> str:
+    """The per-step metrics as docs/outputs.md's table (tests/unit/test_step_metrics.py holds the
+    page to it)."""
+    rows = ["| metrics.jsonl | wandb, TensorBoard | unit | console | what |",
+            "|---|---|---|---|---|"]
+    rows += [f"| `{m.key}` | {f'`{m.dashboard}`' if m.dashboard else 'not charted'} | "
+             f"{m.unit} | {'yes' if m.console else ''} | {m.what} |" for m in declared]
+    return "\n".join(rows) + "\n"
+
+
+class StepOutputs:
+    """Rank 0's per-step outputs: a step's values, by their metrics' keys, into metrics.jsonl (in
+    the declarations' order; a null as null), the loggers (numbers only: a null makes an empty
+    chart) and, where `console` is on, one console line of the parts its metrics print."""
+
+    def __init__(self, jsonl: "MetricsFile", logger, declared: Sequence[Metric], steps: int,
+                 console: bool):
+        self.jsonl, self.logger, self.steps, self.console = jsonl, logger, steps, console
+        self.declared = {m.key: m for m in declared}
+
+    def write(self, step: int, values: dict) -> None:
+        unknown = set(values) - set(self.declared)
+        if unknown:  # a value no Metric declares would reach no dashboard, or a different name
+            raise ValueError(f"undeclared per-step metrics {sorted(unknown)}: declare a Metric")
+        known = [m for m in self.declared.values() if m.key in values]
+        self.jsonl.write({"step": step, **{m.key: values[m.key] for m in known}})
+        self.logger.log({m.dashboard: values[m.key] for m in known
+                         if m.dashboard and values[m.key] is not None}, step=step)
+        parts = [m.console(values[m.key]) for m in known if m.console]
+        if self.console and parts:
+            print(f"step {step:>4}/{self.steps}  " + "  ".join(parts), flush=True)
+
+    def close(self, status: str, results: dict, step: int) -> None:
+        """metrics.jsonl closed, then every logger, with the run's status and results."""
+        self.jsonl.close()
+        self.logger.close(status, results, step)
+
+
+def open_loggers(logging, run_dir: str, config: dict):
+    """Rank 0's loggers: wandb unless disabled, TensorBoard if enabled."""
+    from launcher.config import WandbMode
+
+    chosen = []
+    if logging.wandb.mode != WandbMode.disabled:
+        chosen.append(WandbLogger(logging.wandb, run_dir, config,
+                                  logging.wandb.name or os.path.basename(run_dir)))
+    if logging.tensorboard.enabled:
+        folder = os.path.join(logging.tensorboard.dir or os.path.join(run_dir, "tb"),
+                              logging.tensorboard.name or os.path.basename(run_dir))
+        chosen.append(TensorboardLogger(folder, config,
+                                        hparam_values(config, logging.tensorboard.hparams)))
+    return Loggers(chosen) if chosen else NullLogger()
 
 
 class NullLogger:

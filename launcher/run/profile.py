@@ -11,10 +11,10 @@ point included), `forward_backward` (`graph.replay` when the step replays a capt
 `optimizer`, `data` (each microbatch's read), `first_group.all_gather` (the first parameter
 group's issue, in start_param_sync or in the forward: launcher.run.first_group) and
 `first_group.wait` (the forward's wait for it). Outside the window, and on ranks that do not
-profile, no range is entered: the loop's spans are `NO_SPAN`, a shared null context.
+profile, no range is entered: the step's spans are `NO_SPAN` (launcher.run.hooks), a shared null
+context.
 """
 
-import contextlib
 import gzip
 import json
 import os
@@ -24,9 +24,8 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 from launcher.config import Config, ProfileConfig, ProfileKind
+from launcher.run.hooks import StepHook
 from launcher.summary import ProfileResult
-
-NO_SPAN: Callable = lambda name: contextlib.nullcontext()  # noqa: E731  (outside the window)
 MEMORY_ENTRIES = 100_000  # alloc/free events kept, as Megatron-LM keeps
 PARTS = ("forward_backward", "graph.replay", "optimizer", "first_group.wait")
 
@@ -39,18 +38,18 @@ def memory_path(run_dir: str, rank: int, oom: bool = False) -> str:
     return os.path.join(run_dir, "profile", f"memory{'_oom' if oom else ''}_rank{rank}.pickle")
 
 
-class Window:
-    """This rank's profiling window: `covers(step)`, `begin(step)` and `end(step)` around each
-    step of it, `span(name)` for the ranges inside."""
+class Window(StepHook):
+    """This rank's profiling window, a step hook (launcher.run.hooks): its steps' named ranges
+    (`span(name)`), the profiler started at the first step it sees and, after the last one's
+    sync point, `settle` (every collective in flight runs to its end) before it stops."""
 
-    def __init__(self, cfg: ProfileConfig, steps: tuple, rank: int, run_dir: str):
-        self.cfg, self.rank, self.run_dir = cfg, rank, run_dir
+    def __init__(self, cfg: ProfileConfig, steps: tuple, rank: int, run_dir: str,
+                 settle: Callable):
+        self.cfg, self.rank, self.run_dir, self.settle = cfg, rank, run_dir, settle
         self.first, self.last = steps
         self.profiler = self._nvtx = None
         self._step_range, self._ran = None, False
         os.makedirs(os.path.join(run_dir, "profile"), exist_ok=True)
-        if cfg.memory:
-            record_memory_history(memory_path(run_dir, rank, oom=True))
 
     def covers(self, step: int) -> bool:
         return self.first <= step <= self.last
@@ -60,20 +59,24 @@ class Window:
             return torch.profiler.record_function(name)
         return torch.cuda.nvtx.range(name)
 
-    def begin(self, step: int) -> None:
+    def ranges(self, step: int) -> Optional[Callable]:
+        return self.span if self.covers(step) else None
+
+    def begin(self, step: int, span: Callable) -> None:
+        if not self.covers(step):
+            return
         if not self._ran:  # the window's first step this run makes (a resumed run: maybe later)
             self._start()
             self._ran = True
         self._step_range = self.span(f"step {step}")
         self._step_range.__enter__()
 
-    def end(self, step: int, settle: Optional[Callable] = None) -> None:
-        """After the step's sync point; at the window's last step, `settle` (the collectives
-        still in flight run to their end) before the profiler stops."""
+    def end(self, step: int) -> None:
+        if not self.covers(step):
+            return
         self._step_range.__exit__(None, None, None)
         if step == self.last:
-            if settle is not None:
-                settle()
+            self.settle()  # no collective issued under the profiler may outlive it
             self._stop()
 
     def _start(self) -> None:
@@ -122,11 +125,24 @@ def quiet_kineto_without_cuda() -> None:
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 
-def window_for(cfg: Config, rank: int, run_dir: str) -> Optional[Window]:
-    """This rank's window; None where it does not profile."""
-    if not cfg.profile.enabled or rank not in cfg.profile.ranks:
+def window_for(cfg: Config, rank: int, run_dir: str, settle: Callable) -> Optional[Window]:
+    """This rank's window; None where it does not profile. `settle`: waits for every collective
+    in flight (launcher.run.first_group.FirstGroupProbe.settle)."""
+    if not profiles(cfg, rank):
         return None
-    return Window(cfg.profile, cfg.profile_window, rank, run_dir)
+    return Window(cfg.profile, cfg.profile_window, rank, run_dir, settle)
+
+
+def profiles(cfg: Config, rank: int) -> bool:
+    return cfg.profile.enabled and rank in cfg.profile.ranks
+
+
+def record_memory(cfg: Config, rank: int, run_dir: str) -> None:
+    """With profile.memory on a profiled rank, the CUDA allocator's history from now on (call it
+    before the build, as Megatron-LM's model provider does); the window dumps it at its end."""
+    if profiles(cfg, rank) and cfg.profile.memory:
+        os.makedirs(os.path.join(run_dir, "profile"), exist_ok=True)
+        record_memory_history(memory_path(run_dir, rank, oom=True))
 
 
 def result(cfg: Config, run_dir: str, steps_run: List[int], window: Optional[Window],

@@ -1,27 +1,48 @@
 """What a rank records while it trains, one job per piece:
 
+- `STEP` and `VALIDATION`: the step's own per-step metrics, declared once (launcher.run.outputs:
+  Metric); the step hooks declare theirs (launcher.run.hooks);
 - `Rates`: what a step's time converts into (tokens/s/GPU, TFLOP/s/GPU, MFU), from the model's
   FLOPs and the device's peak (launcher.run.metrics: the arithmetic);
 - `StepLog`: every step's loss and time, the validation losses, the process's RSS; all ranks;
-- `Dashboards`: rank 0's outputs, metrics.jsonl and the loggers (wandb, TensorBoard), opened
-  together and closed together with the run's status, whether it ended or failed;
-- `summary()`: the run's typed result (launcher.summary.RunSummary), computed from those.
+- `Recorder`: each step into the log, and on rank 0 through the declarations into metrics.jsonl,
+  the loggers and the console (launcher.run.outputs), opened together and closed together with the
+  run's status, whether it ended or failed; and, after the run, the measured part of its summary
+  (`RunMetrics`) from the log.
 """
 
 import dataclasses
 import os
 import resource
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import torch
 
-from launcher.config import Config, ModelConfig, TrainConfig, WandbMode
+from launcher.config import Config, ModelConfig, TrainConfig, as_dict
 from launcher.run import metrics
-from launcher.run.outputs import (
-    Loggers, MetricsFile, NullLogger, TensorboardLogger, WandbLogger, hparam_values,
+from launcher.run.outputs import Metric, MetricsFile, StepOutputs, open_loggers
+from launcher.run.ranks import Layout
+from launcher.summary import RunMetrics
+
+STEP = (
+    Metric("loss", "train/loss", "nats per token", "the step's training loss (mean over its "
+           "microbatches and data-parallel ranks)", lambda v: f"loss {v:.4f}"),
+    Metric("grad_norm", "train/grad_norm", "", "the gradient norm before clipping"),
+    Metric("lr", "train/lr", "", "the learning rate the step applied"),
+    Metric("step_time_s", "perf/step_time_s", "s", "the step's wall time, its sync point "
+           "included", lambda v: f"step {v * 1e3:7.1f} ms"),
+    Metric("tokens_per_s_per_gpu", "perf/tokens_per_s_per_gpu", "tokens/s/GPU",
+           "tokens of the step over its time and the world size", lambda v: f"{v:9.0f} tokens/s/GPU"),
+    Metric("tflops_per_gpu", "perf/tflops_per_gpu", "TFLOP/s/GPU",
+           "Megatron-LM's model FLOPs of the step over its time and the world size"),
+    Metric("mfu", "perf/mfu", "fraction", "TFLOP/s/GPU over the device's dense peak; null "
+           "where the peak is not known (a CPU)"),
 )
-from launcher.summary import RunMetrics, RunSummary
+VALIDATION = (
+    Metric("valid_loss", "valid/loss", "nats per token", "the validation loss (train.eval_iters "
+           "global batches, forward only)", lambda v: f"validation loss {v:.4f}"),
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +69,12 @@ class Rates:
 
     def mfu(self, tflops: float) -> Optional[float]:
         return metrics.mfu(tflops * 1e12, self.peak_flops)
+
+    def of_step(self, seconds: float) -> dict:
+        """A step's rates, by their metrics' keys (STEP)."""
+        tflops = self.tflops(seconds)
+        return {"tokens_per_s_per_gpu": self.tokens_per_s(seconds), "tflops_per_gpu": tflops,
+                "mfu": self.mfu(tflops)}
 
     def steady(self, times: List[float]) -> dict:
         """tokens/s/GPU, TFLOP/s/GPU (medians of the per-step rates: metrics.median_per_step),
@@ -80,44 +107,68 @@ class StepLog:
         return self.steps[-1]["step"] if self.steps else self.first_step
 
 
-class Dashboards:
-    """Rank 0's metrics.jsonl and loggers; every other rank writes nothing."""
+class Recorder:
+    """A rank's recording while it trains: every step into its StepLog; on rank 0, every
+    logging.interval-th step, through the declared metrics (STEP, the hooks' `declared`,
+    VALIDATION) into metrics.jsonl, the loggers and the console."""
 
-    def __init__(self, cfg: Config, run_dir: str, rank: int, first_step: int, config: dict):
-        self.jsonl = self.logger = None
-        if rank == 0:
-            self.jsonl = MetricsFile(os.path.join(run_dir, "metrics.jsonl"), first_step)
-            self.logger = loggers(cfg.logging, run_dir, config)
+    def __init__(self, cfg: Config, run_dir: str, me: Layout, on_cpu: bool, first_step: int,
+                 declared: Sequence[Metric]):
+        self.cfg, self.on_cpu = cfg, on_cpu
+        self.config = as_dict(cfg)  # what the summary and the dashboards record
+        self.device_name = None if on_cpu else torch.cuda.get_device_name()
+        self.rates = Rates.of(
+            cfg.model, cfg.train,
+            cfg.model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size), me.world_size,
+            self.device_name)
+        self.log = StepLog(first_step)
+        self.outputs = None  # every rank but 0 writes nothing
+        if me.rank == 0:
+            self.outputs = StepOutputs(
+                MetricsFile(os.path.join(run_dir, "metrics.jsonl"), first_step),
+                open_loggers(cfg.logging, run_dir, self.config), (*STEP, *declared, *VALIDATION),
+                cfg.train.steps, cfg.logging.print_steps is not False)
 
-    def write(self, step: int, record: dict, logged: dict) -> None:
-        if self.jsonl is None:
-            return
-        self.jsonl.write({"step": step, **record})
-        # a null (MFU where the peak is unknown) makes an empty chart: the loggers get numbers
-        self.logger.log({k: v for k, v in logged.items() if v is not None}, step=step)
+    def on_step(self, step: int, values: dict) -> None:
+        """`values`: the step's loss, grad_norm, lr and step_time_s, and its hooks' records."""
+        self.log.step(step, values["loss"], values["step_time_s"])
+        if self.outputs is not None and step % self.cfg.logging.interval == 0:
+            self.outputs.write(step, {**values, **self.rates.of_step(values["step_time_s"])})
 
-    def close(self, status: str, last_step: int, summary: Optional[RunSummary]) -> None:
-        """metrics.jsonl closed, then every logger, with the status and the summary's metrics (if
-        the run got that far) as the results of the last step."""
-        if self.jsonl is None:
-            return
-        self.jsonl.close()
-        self.logger.close(status, dataclasses.asdict(summary.metrics) if summary else {},
-                          last_step)
+    def on_eval(self, step: int, loss: float) -> None:
+        self.log.valid(step, loss)
+        if self.outputs is not None:
+            self.outputs.write(step, {"valid_loss": loss})
 
+    def close(self, status: str, result: Optional[RunMetrics]) -> None:
+        """Rank 0's outputs end, with the run's metrics as results where it got that far."""
+        if self.outputs is not None:
+            self.outputs.close(status, dataclasses.asdict(result) if result else {},
+                               self.log.last_step())
 
-def loggers(logging, run_dir: str, config: dict):
-    """Rank 0's loggers (launcher.run.outputs): wandb unless disabled, TensorBoard if enabled."""
-    chosen = []
-    if logging.wandb.mode != WandbMode.disabled:
-        chosen.append(WandbLogger(logging.wandb, run_dir, config,
-                                  logging.wandb.name or os.path.basename(run_dir)))
-    if logging.tensorboard.enabled:
-        folder = os.path.join(logging.tensorboard.dir or os.path.join(run_dir, "tb"),
-                              logging.tensorboard.name or os.path.basename(run_dir))
-        chosen.append(TensorboardLogger(folder, config,
-                                        hparam_values(config, logging.tensorboard.hparams)))
-    return Loggers(chosen) if chosen else NullLogger()
+    def steady(self) -> List[dict]:
+        """The steady-state steps: after the warmup (a resumed run warms up again) and outside a
+        profiling window (the profiler slows them)."""
+        skip = self.log.first_step - 1 + self.cfg.excluded_steps
+        first, last = self.window()
+        return [s for s in self.log.steps if s["step"] > skip and not first <= s["step"] <= last]
+
+    def window(self) -> tuple:
+        return self.cfg.profile_window if self.cfg.profile.enabled else (0, -1)
+
+    def metrics(self, steady: List[dict], first_group: dict) -> RunMetrics:
+        """Rank 0's measured result over the `steady` steps; `first_group`: the probe's fields
+        (launcher.run.first_group.summarise)."""
+        times = [s["step_time_s"] for s in steady]
+        log = self.log
+        return RunMetrics(
+            **throughput(self.rates, log, times, self.cfg.excluded_steps, self.window()),
+            **peak_memory(self.on_cpu),
+            # memory a step adds (rank 0's RSS after the last step minus after the first, per step)
+            rss_growth_bytes_per_step=metrics.growth_per_step(*log.rss, len(log.steps)),
+            final_loss=log.steps[-1]["loss"],
+            final_valid_loss=log.valid_losses[-1]["valid_loss"] if log.valid_losses else None,
+            **first_group)
 
 
 def throughput(rates: Rates, log: StepLog, times: List[float], excluded_steps: int,
@@ -136,49 +187,13 @@ def throughput(rates: Rates, log: StepLog, times: List[float], excluded_steps: i
 
 
 def peak_memory(on_cpu: bool) -> dict:
-    """Rank 0's peaks since the end of the first step (launcher.run.loop.train resets them there):
-    the CUDA allocator's allocated and reserved bytes (reserved holds a CUDA graph's pool), null on
-    a CPU; and the process's max RSS (Linux reports KiB), which counts start-up too."""
+    """Rank 0's peaks since the end of the first step (launcher.run.hooks.PeakMemory restarts
+    them there): the CUDA allocator's allocated and reserved bytes (reserved holds a CUDA graph's
+    pool), null on a CPU; and the process's max RSS (Linux reports KiB), which counts start-up
+    too."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if on_cpu:
         return {"peak_memory_allocated_bytes": None, "peak_memory_reserved_bytes": None,
                 "peak_rss_bytes": rss}
     return {"peak_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
             "peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(), "peak_rss_bytes": rss}
-
-
-def summary(cfg: Config, config: dict, rates: Rates, log: StepLog, probe, captured: bool,
-            on_cpu: bool, device_name: Optional[str], mcore_version: str,
-            shard_numel: int) -> RunSummary:
-    """Rank 0's result of a run that trained to its end."""
-    from launcher.run.first_group import summarise
-
-    skip = log.first_step - 1 + cfg.excluded_steps  # a resumed run warms up again
-    window = cfg.profile_window if cfg.profile.enabled else (0, -1)  # the profiler slows it
-    steady = [s for s in log.steps if s["step"] > skip
-              and not window[0] <= s["step"] <= window[1]]
-    times = [s["step_time_s"] for s in steady]
-    result = RunMetrics(
-        **throughput(rates, log, times, cfg.excluded_steps, window),
-        **peak_memory(on_cpu),
-        # memory a step adds (rank 0's RSS after the last step minus after the first, per step)
-        rss_growth_bytes_per_step=metrics.growth_per_step(*log.rss, len(log.steps)),
-        final_loss=log.steps[-1]["loss"],
-        final_valid_loss=log.valid_losses[-1]["valid_loss"] if log.valid_losses else None,
-        first_group_prefetches=probe.prefetches,
-        **summarise(probe, [s["step"] for s in steady], captured),
-        cuda_graph_captured=captured,
-    )
-    return RunSummary(
-        metrics=result, config=config, backend="gloo" if on_cpu else "nccl",
-        world_size=rates.world_size, device=device_name or "cpu",
-        # callbacks torch holds for a CUDA initialisation a CPU run never makes: constant, or
-        # memory grows with steps (launcher.run.cpu_compat runs megatron's RNG calls at once)
-        torch_cuda_queued_calls=len(torch.cuda._queued_calls) if on_cpu else None,
-        megatron_core_version=mcore_version, torch_version=torch.__version__,
-        steps_run=[s["step"] for s in log.steps],
-        losses=[s["loss"] for s in log.steps],
-        steady_state_steps=[s["step"] for s in steady],
-        steady_state_step_times_s=times,  # the samples of a sweep's statistics
-        tokens_per_step=rates.tokens_per_step, flops_per_step=rates.flops_per_step,
-        peak_flops=rates.peak_flops, rank0_weight_shard_numel=shard_numel)

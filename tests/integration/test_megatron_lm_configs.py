@@ -90,10 +90,10 @@ def megatron_lm_configs(flags, monkeypatch):
             get_megatron_optimizer_config(args)[0])
 
 
-def launcher_configs(cfg, spec, resolved):
+def launcher_configs(cfg, resolved):
     from launcher.run import build
 
-    return (build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, spec,
+    return (build.transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train,
                                      resolved, on_cpu=False),
             build.ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train, on_cpu=False),
             build.optimizer_config(cfg.train, cfg.fsdp))
@@ -107,7 +107,7 @@ def configs_differ(case: str, layout: str, monkeypatch) -> dict:
     resolved = fusions.resolve(cfg.model, spec, cfg.train.precision, False, LAYOUTS[layout])
     gpu_stand_ins(monkeypatch, spec == LayerSpec.transformer_engine, world)
     theirs = megatron_lm_configs(megatron_lm.flags(cfg, resolved, spec, False), monkeypatch)
-    ours = launcher_configs(cfg, spec, resolved)
+    ours = launcher_configs(cfg, resolved)
     out = {}
     for kind, a, b in zip(("TransformerConfig", "DistributedDataParallelConfig",
                            "OptimizerConfig"), ours, theirs):

@@ -142,6 +142,39 @@ def test_imports_follow_the_stages():
     assert violations() == []
 
 
+MOST_PARAMETERS = 6  # a function wanting more takes the object they belong to (issue 39)
+
+
+def parameters(function: ast.FunctionDef) -> list:
+    """The parameters a caller passes: every one but a method's self or cls."""
+    args = function.args
+    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    names += [f"*{a.arg}" for a in (args.vararg, args.kwarg) if a]
+    return [n for n in names if n not in ("self", "cls")]
+
+
+def wide_functions(folder: Path) -> list:
+    """`path:line name(parameters)` of each function under `folder` with more than six."""
+    return [f"{path.relative_to(folder.parent)}:{node.lineno} "
+            f"{node.name}({', '.join(parameters(node))})"
+            for path in sorted(folder.rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and len(parameters(node)) > MOST_PARAMETERS]
+
+
+def test_no_function_of_the_run_stage_takes_more_than_six_parameters():
+    """The state of a run lives in its Trainer and what it holds, not in argument lists."""
+    assert wide_functions(ROOT / "launcher" / "run") == []
+
+
+def test_wide_functions_finds_a_seven_parameter_function(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "wide.py").write_text(
+        "class A:\n    def f(self, a, b, c, d, e, f, g): pass\ndef g(a, b, c, d, e, f): pass\n")
+    assert wide_functions(tmp_path / "run") == ["run/wide.py:2 f(a, b, c, d, e, f, g)"]
+
+
 @pytest.mark.parametrize("module", ["launcher.cli", "launcher.config.schema",
                                     "launcher.run.ranks", "launcher.sweep.plan"])
 def test_light_modules_import_no_torch_at_module_level(module):

@@ -13,8 +13,9 @@ from launcher.config import (  # noqa: E402
 )
 from launcher.run.fusions import Fusions  # noqa: E402
 
-NO_FUSIONS = Fusions(masked_softmax=False, bias_activation=False, bias_dropout=False, rope=False,
-                     gradient_accumulation=False, persist_layer_norm=False)
+NO_FUSIONS = Fusions(spec=LayerSpec.local, masked_softmax=False, bias_activation=False,
+                     bias_dropout=False, rope=False, gradient_accumulation=False,
+                     persist_layer_norm=False)
 
 
 def test_prefetch_switch_maps_to_fsdp_all_gather_in_start_param_sync():
@@ -77,8 +78,7 @@ def test_transformer_config_carries_model_and_graph_settings():
                         activation="swiglu")
     graph = CudaGraphConfig(impl=CudaGraphImpl.full_iteration, warmup_steps=4)
     tc = build.transformer_config(model, ParallelConfig(), graph,
-                                  TrainConfig(precision=Precision.fp32), LayerSpec.local,
-                                  NO_FUSIONS, on_cpu=True)
+                                  TrainConfig(precision=Precision.fp32), NO_FUSIONS, on_cpu=True)
     assert (tc.num_layers, tc.num_query_groups, tc.ffn_hidden_size) == (3, 2, 256)
     assert tc.gated_linear_unit and tc.cuda_graph_impl == "full_iteration"
     assert tc.cuda_graph_warmup_steps == 4 and tc.params_dtype == torch.float32
@@ -99,8 +99,8 @@ def test_llama_moe_and_recompute_keys_reach_transformer_config_and_gpt_model():
                         recompute=RecomputeConfig(granularity=RecomputeGranularity.full,
                                                   method=RecomputeMethod.block, num_layers=2))
     config = build.transformer_config(model, ParallelConfig(expert_model_parallel_size=2),
-                                      CudaGraphConfig(), TrainConfig(), LayerSpec.local,
-                                      NO_FUSIONS, on_cpu=True)
+                                      CudaGraphConfig(), TrainConfig(), NO_FUSIONS,
+                                      on_cpu=True)
     assert (config.kv_channels, config.add_bias_linear, config.qk_layernorm) == (32, False, True)
     assert (config.num_moe_experts, config.moe_ffn_hidden_size, config.moe_layer_freq) == \
         (4, 48, [0, 1, 1])
