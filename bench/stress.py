@@ -2,12 +2,14 @@
 counts the runs that died of a signal, with where they died.
 
     .venv/bin/python bench/stress.py [--runs 200] [--steps 12] [--minutes M] [--out DIR]
-                                     [--load both]
+                                     [--load both] [--overrides KEY=VALUE ...]
 
 Each run is `launch +recipe=gpt model=tiny` on the CPU (the gpt recipe shrunk, wandb offline as
 the recipe has it), --steps steps (12, as the crashing sweep; more steps a run spend less of
 the machine's time starting processes), cycling over ranks {1, 2} x precision {fp32, bf16} x the switch
-{true, false} x a CPU-bound job beside it or not (`--load`: both, on, off). A run killed by a
+{true, false} x a CPU-bound job beside it or not (`--load`: both, on, off); `--overrides` adds
+launch overrides to every run (`profile=torch train.eval_interval=5`: the profiling window's
+shape, docs/crashes.md). A run killed by a
 signal keeps its folder (crash.rankN.log: every thread's stack) under OUT/crashes/; the others
 are deleted. Every run is a line of OUT/runs.jsonl (appended: a second invocation with the same
 --out adds to the count). Prints each signal death as it happens, and at the end the count per
@@ -37,7 +39,7 @@ def shapes(load: str):
         for l in loads for r in (1, 2) for p in ("fp32", "bf16") for s in ("true", "false")])
 
 
-def run_once(shape: dict, steps: int, folder: Path, timeout: float) -> tuple:
+def run_once(shape: dict, steps: int, folder: Path, timeout: float, overrides: list) -> tuple:
     burner = subprocess.Popen([sys.executable, "-c", BURNER]) if shape["load"] else None
     run_dir = folder / f"run-{time.time_ns()}"
     env = dict(os.environ, WANDB_SILENT="true", HOME=str(folder / "home"))
@@ -48,7 +50,8 @@ def run_once(shape: dict, steps: int, folder: Path, timeout: float) -> tuple:
              "train.lr_warmup_steps=2", "train.global_batch_size=8", "train.micro_batch_size=2",
              f"train.precision={shape['precision']}",
              f"fsdp.prefetch_first_param_group={shape['prefetch']}", "runtime.device=cpu",
-             f"runtime.nproc_per_node={shape['ranks']}", f"hydra.run.dir={run_dir}"],
+             f"runtime.nproc_per_node={shape['ranks']}", *overrides,
+             f"hydra.run.dir={run_dir}"],
             capture_output=True, text=True, env=env, timeout=timeout)
         code = proc.returncode
     except subprocess.TimeoutExpired:
@@ -77,6 +80,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "sweeps" / "stress"))
     parser.add_argument("--load", choices=["both", "on", "off"], default="both")
     parser.add_argument("--timeout", type=float, default=300, help="seconds, each run")
+    parser.add_argument("--overrides", nargs="*", default=[], help="launch overrides, every run")
     args = parser.parse_args(argv)
     out = Path(args.out)
     (out / "crashes").mkdir(parents=True, exist_ok=True)
@@ -85,7 +89,7 @@ def main(argv=None) -> int:
     for n, shape in zip(range(args.runs), shapes(args.load)):
         if deadline and time.monotonic() > deadline:
             break
-        record, run_dir = run_once(shape, args.steps, work, args.timeout)
+        record, run_dir = run_once(shape, args.steps, work, args.timeout, args.overrides)
         with open(out / "runs.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
         if record["status"] != "ok":

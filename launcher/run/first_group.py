@@ -297,7 +297,8 @@ def _capturing() -> bool:
 def summarise(probe: FirstGroupProbe, steady_steps: list, captured: bool) -> dict:
     """The summary's first-group fields over the steady-state steps: medians of the samples."""
     samples = [probe.samples[s] for s in steady_steps if s in probe.samples]
-    fields = {"first_group_prefetches": probe.prefetches, "first_group_bytes": probe.nbytes(), "first_group_allgather_s": None,
+    fields = {"first_group_prefetches": probe.prefetches, "first_group_bytes": probe.nbytes(),
+              "first_group_allgather_s": None,
               "first_group_wait_s": None, "first_group_issued_in": None,
               "first_group_samples": len(samples)}
     if samples:

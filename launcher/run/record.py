@@ -33,7 +33,8 @@ STEP = (
     Metric("step_time_s", "perf/step_time_s", "s", "the step's wall time, its sync point "
            "included", lambda v: f"step {v * 1e3:7.1f} ms"),
     Metric("tokens_per_s_per_gpu", "perf/tokens_per_s_per_gpu", "tokens/s/GPU",
-           "tokens of the step over its time and the world size", lambda v: f"{v:9.0f} tokens/s/GPU"),
+           "tokens of the step over its time and the world size",
+           lambda v: f"{v:9.0f} tokens/s/GPU"),
     Metric("tflops_per_gpu", "perf/tflops_per_gpu", "TFLOP/s/GPU",
            "Megatron-LM's model FLOPs of the step over its time and the world size"),
     Metric("mfu", "perf/mfu", "fraction", "TFLOP/s/GPU over the device's dense peak; null "

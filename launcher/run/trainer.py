@@ -104,8 +104,8 @@ class Trainer:
                 model=[self.model], forward_only=False, **self.batch.schedule())
         loss = mean_loss(outputs)  # .item() inside: a host-device sync point, once per step
         if not math.isfinite(loss):
-            raise NonFiniteError(f"step {step}: the loss is non-finite ({loss}); stopped before the "
-                                 "optimizer step applied it")
+            raise NonFiniteError(f"step {step}: the loss is non-finite ({loss}); stopped before "
+                                 "the optimizer step applied it")
         lr = self.optimizer.param_groups[0]["lr"]
         with span("optimizer"):
             _, grad_norm, _ = self.optimizer.step()
@@ -175,8 +175,9 @@ class Trainer:
     def summary(self) -> RunSummary:
         """Rank 0's result of a run that trained to its end, in one call."""
         rec, cfg = self.recorder, self.cfg
-        steady = rec.steady()
+        steady, steps_run = rec.steady(), [s["step"] for s in rec.log.steps]
         steady_steps, captured = [s["step"] for s in steady], graphs.captured()
+        waits = {step: sample.wait_s for step, sample in self.probe.samples.items()}
         return RunSummary(
             metrics=rec.metrics(steady, {**summarise(self.probe, steady_steps, captured),
                                          "cuda_graph_captured": captured}),
@@ -187,7 +188,7 @@ class Trainer:
             torch_cuda_queued_calls=len(torch.cuda._queued_calls) if self.on_cpu else None,
             # megatron.core.__version__ appends the git hash of the *current directory's* repo
             megatron_core_version=version("megatron-core"), torch_version=torch.__version__,
-            steps_run=[s["step"] for s in rec.log.steps], losses=[s["loss"] for s in rec.log.steps],
+            steps_run=steps_run, losses=[s["loss"] for s in rec.log.steps],
             steady_state_steps=steady_steps,
             steady_state_step_times_s=[s["step_time_s"] for s in steady],  # a sweep's samples
             tokens_per_step=rec.rates.tokens_per_step, flops_per_step=rec.rates.flops_per_step,
@@ -198,8 +199,7 @@ class Trainer:
             cuda_graph_wrapper=graphs.wrapper_name(cfg.cuda_graph),
             num_parameters=sum(p.numel() for p in self.model.parameters()),
             resumed_from=self.resumed_from, checkpoints=self.saved,
-            profile=profile.result(cfg, self.run_dir, [s["step"] for s in rec.log.steps],
-                                   self.window, {s: v.wait_s for s, v in self.probe.samples.items()}))
+            profile=profile.result(cfg, self.run_dir, steps_run, self.window, waits))
 
     def announce(self) -> None:
         """Rank 0's start line: the devices, the wrapper, the switch, the graphs, and the fusions

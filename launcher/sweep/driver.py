@@ -8,6 +8,7 @@ end, where to look at every run (launcher.sweep.console); a job's own output is 
 """
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -15,7 +16,7 @@ from typing import List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.config import ConfigError
+from launcher.config import ConfigError, ProfileConfig
 from launcher.sweep.plan import (
     Plan, SweepError, bare_key, build_plan, canonical, has_ok_run, run_dir, schedule,
 )
@@ -56,11 +57,12 @@ def cell_value(master: DictConfig, cell, key: str) -> str:
 
 def unprofiled(master: DictConfig, repeat: int) -> List[str]:
     """A profiling sweep profiles each cell's first repeat only: the others run with profiling
-    off (every profile key back to profile=none's)."""
+    off, every profile key back to its default (ProfileConfig's, where it is written once)."""
     if master.profile.kind == "none" or repeat == 0:
         return []
-    return ["profile=none", "profile.steps=null", "profile.ranks=[0]", "profile.memory=false",
-            "profile.with_stack=false"]
+    off = dataclasses.asdict(ProfileConfig())
+    return ["profile=none", *(f"profile.{key}={canonical(value)}" for key, value in off.items()
+                              if key != "kind")]
 
 
 def hparams(plan: Plan, master: DictConfig) -> List[str]:

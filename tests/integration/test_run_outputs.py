@@ -5,7 +5,8 @@ Trainer (issue 39); a change to any name or type a user's dashboards or scripts 
 
 A deliberate change of the outputs rewrites the reference (and says so in its commit):
 
-    .venv/bin/python tests/integration/test_run_outputs.py RUN_DIR CONSOLE_LOG > tests/data/run_outputs.json
+    .venv/bin/python tests/integration/test_run_outputs.py RUN_DIR CONSOLE_LOG \
+        > tests/data/run_outputs.json
 """
 
 import json
