@@ -1,6 +1,9 @@
 """The baseline of bench/overhead.py: the same megatron-core GPT, wrapped in the same
-Megatron-FSDP, trained on the same mock data, with no launcher code (only the CPU compatibility
-layer, which megatron-core needs on a machine without CUDA).
+Megatron-FSDP, trained on the same mock data, with no launcher code but what a CPU run of
+megatron-core needs: the CPU compatibility layer (megatron-core on a machine without CUDA) and one
+worker thread per gloo group (torch's two race and crash a run about once in 9,000 steps:
+docs/crashes.md; with two, the collectives of a group overlap, and the bare loop's waits were
+shorter than the launcher's for that reason alone, 2026-12-06: docs/performance.md).
 
     torchrun --nproc-per-node=1 bench/bare_loop.py --steps 20 [--layers 24 --hidden 2048 ...]
 
@@ -38,7 +41,13 @@ def build(args, on_cpu: bool):
                                activation_func=F.gelu, hidden_dropout=0.0, attention_dropout=0.0,
                                attention_softmax_in_fp32=False,
                                bf16=args.bf16, params_dtype=dtype, pipeline_dtype=dtype,
-                               use_cpu_initialization=on_cpu)
+                               use_cpu_initialization=on_cpu,
+                               # as Megatron-LM (core_transformer_config_from_args) and the
+                               # launcher build it: megatron's schedule then starts the backward
+                               # itself (custom_backward), which on a CPU runs under the CPU
+                               # layer's mode; without it the bare loop's backward ran outside
+                               # it, a third fewer calls of the layer (2026-12-06)
+                               deallocate_pipeline_outputs=True)
     gpt = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(),
                    vocab_size=args.padded_vocab or args.vocab, max_sequence_length=args.seq)
     if args.bf16:
@@ -104,9 +113,10 @@ def main():
     args = parse_args()
     on_cpu = not torch.cuda.is_available()
     if on_cpu:
-        from launcher.run import cpu_compat
+        from launcher.run import cpu_compat, gloo
 
         cpu_compat.activate()
+        gloo.use_one_worker_per_group()
     else:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     torch.distributed.init_process_group("gloo" if on_cpu else "nccl")

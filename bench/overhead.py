@@ -2,10 +2,16 @@
 GPT, the same Megatron-FSDP, ranks and steps, in pairs run A B, B A, A B, ... in one invocation.
 
     .venv/bin/python bench/overhead.py [--pairs 10] [--steps 40] [--ranks 1] [--cores 0,1]
+                                       [--baseline-tree DIR]
+
+`--baseline-tree DIR`: the baseline is `launch` itself as another checkout of this repository has
+it (DIR's launcher/ first on PYTHONPATH, the same command, the same venv) instead of the bare
+loop: a change's own cost, the launcher after against the launcher before.
 
 Each pair gives a ratio: launch's median steady-state step time (steps after the first 2) over the
-bare loop's. The order alternates, and the ratio is taken within a pair, so that a machine that
-drifts (a shared 2-core CPU does, by 10% and more between minutes) moves both sides alike; every
+baseline's (`base` in its lines). The order alternates, and the ratio is taken within a pair, so
+that a machine that drifts (a shared 2-core CPU does, by 10% and more between minutes, and went
+through slow phases of 10 to 30 s on 2026-12-06) moves both sides alike; every
 run is pinned to the same cores (--cores; default: all this process may use), so that neither side
 gets other cores than the other. Prints each pair, the median of the pair ratios (the figure) with
 its 95% interval (a bootstrap over the pairs, as the sweep's statistics resample repeats), the
@@ -49,12 +55,12 @@ def timed(command: list, first_line: str, env: dict, cores: set) -> tuple:
     return first, lines
 
 
-def run_launch(args, folder: str, env: dict) -> tuple:
+def run_launch(args, folder: str, env: dict, tree: Path = ROOT) -> tuple:
     run_dir = Path(folder, f"launch-{time.monotonic_ns()}")
     first, _ = timed([str(BIN / "launch"), "+recipe=tiny_cpu", f"train.steps={args.steps}",
                       f"train.warmup_steps={WARMUP}", f"runtime.nproc_per_node={args.ranks}",
                       "logging.wandb.mode=disabled", f"hydra.run.dir={run_dir}"],
-                     "step    1/", env, args.cores)
+                     "step    1/", dict(env, PYTHONPATH=str(tree)), args.cores)
     summary = json.loads((run_dir / "summary.json").read_text())
     return first, summary["steady_state_step_times_s"], \
         summary["metrics"]["rss_growth_bytes_per_step"]
@@ -76,15 +82,20 @@ def main() -> None:
     parser.add_argument("--cores", type=lambda text: {int(c) for c in text.split(",")},
                         default=os.sched_getaffinity(0),
                         help="comma-separated CPU cores every run is pinned to")
+    parser.add_argument("--baseline-tree", type=Path, default=None,
+                        help="a checkout whose `launch` is the baseline, not the bare loop")
     args = parser.parse_args()
     env = dict(os.environ, WANDB_SILENT="true", PYTHONPATH=str(ROOT))
-    firsts, steady = {"launch": [], "bare": []}, {"launch": [], "bare": []}
-    growth = {"launch": [], "bare": []}
+    firsts, steady = {"launch": [], "base": []}, {"launch": [], "base": []}
+    growth = {"launch": [], "base": []}
     ratios = []
     with tempfile.TemporaryDirectory() as folder:
-        runs = {"launch": lambda: run_launch(args, folder, env), "bare": lambda: run_bare(args, env)}
+        runs = {"launch": lambda: run_launch(args, folder, env),
+                "base": lambda: run_bare(args, env)}
+        if args.baseline_tree:
+            runs["base"] = lambda: run_launch(args, folder, env, args.baseline_tree.resolve())
         for pair in range(args.pairs):
-            order = ("launch", "bare") if pair % 2 == 0 else ("bare", "launch")
+            order = ("launch", "base") if pair % 2 == 0 else ("base", "launch")
             pair_medians = {}
             for name in order:
                 result = runs[name]()
@@ -94,18 +105,18 @@ def main() -> None:
                 pair_medians[name] = statistics.median(result[1])
                 print(f"pair {pair + 1}/{args.pairs} {name:<6} first step at {result[0]:.2f} s, "
                       f"steady median {1e3 * pair_medians[name]:.1f} ms", flush=True)
-            ratios.append(pair_medians["launch"] / pair_medians["bare"])
+            ratios.append(pair_medians["launch"] / pair_medians["base"])
             print(f"pair {pair + 1}/{args.pairs} ratio {ratios[-1]:.3f}", flush=True)
     medians = {k: statistics.median(v) for k, v in steady.items()}
     first = {k: statistics.median(v) for k, v in firsts.items()}
-    for name in ("launch", "bare"):
+    for name in ("launch", "base"):
         print(f"{name:<6} steady-state step {1e3 * medians[name]:.2f} ms (median of "
               f"{len(steady[name])} steps pooled), time to first step {first[name]:.2f} s, memory "
               f"growth {statistics.median(growth[name]) / 1024:.1f} KiB/step (RSS after the last "
               "step minus after the first, per step; median of the runs)")
     print(f"pair ratios {' '.join(f'{r:.3f}' for r in ratios)}; pooled medians' ratio "
-          f"{medians['launch'] / medians['bare']:.3f}; cores {sorted(args.cores)}")
-    first_ratios = [a / b for a, b in zip(firsts["launch"], firsts["bare"])]
+          f"{medians['launch'] / medians['base']:.3f}; cores {sorted(args.cores)}")
+    first_ratios = [a / b for a, b in zip(firsts["launch"], firsts["base"])]
     steady_text = with_interval(ratios, statistics.median(ratios))
     first_text = with_interval(first_ratios, statistics.median(first_ratios))
     print(f"steady_state_ratio={steady_text} first_step_ratio={first_text}")

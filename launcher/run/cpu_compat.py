@@ -247,15 +247,22 @@ def activate() -> None:
 
 
 def _map_in_backward() -> None:
-    """Torch-function modes are off while autograd runs a backward, so a custom autograd
-    Function's backward (megatron's _AllToAll re-enters its forward, which allocates on
-    torch.cuda.current_device()) would reach CUDA. Each one runs inside the mode too: autograd
-    calls its node's `apply`, which BackwardCFunction defines for every custom Function."""
+    """Torch-function modes are off while autograd runs a backward started by
+    torch.autograd.backward, so a custom autograd Function's backward (megatron's _AllToAll
+    re-enters its forward, which allocates on torch.cuda.current_device()) would reach CUDA. Each
+    one runs inside the mode too: autograd calls its node's `apply`, which BackwardCFunction
+    defines for every custom Function. A backward megatron starts itself (its schedule's
+    custom_backward, with deallocate_pipeline_outputs, Megatron-LM's setting) runs with the mode
+    still on: there a second one would see every op of the Function's backward twice (measured:
+    a third of the CPU layer's calls in a tiny run, 2026-12-06), so none is added."""
     from torch.autograd.function import BackwardCFunction
+    from torch.overrides import _get_current_function_mode_stack
 
     original = BackwardCFunction.apply
 
     def apply_on_cpu(self, *args):
+        if any(isinstance(mode, _CudaToCpu) for mode in _get_current_function_mode_stack()):
+            return original(self, *args)
         with _CudaToCpu():
             return original(self, *args)
 
