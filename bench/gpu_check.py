@@ -13,7 +13,8 @@ PYTHONPATH=.gpu-site and .gpu-site/bin first on PATH: nothing of the machine's o
 `--rehearse` builds that layout on a CPU machine: a venv holding torch and what the project takes
 from the image (its stand-in), then the same install and stages, a tiny CPU sweep and cell.
 
-Stages: [rehearse: wheels, image] install, imports, gpu_tests, sweep, report, anchors,
+Stages: [rehearse: wheels, image] install, imports, gpu_tests, sweep, report, prediction (the
+dry run's time model for each of the sweep's runs, predicted / measured), anchors,
 fusions_off (the anchors' cell with every fusion off: with the anchors' launch run at the
 defaults, the fusions-on/off pair; the screen prints both and their ratio). OUT (the
 device tool's $OUT where set) receives at most 7 files: gpu_check.json (every stage, what the
@@ -146,6 +147,9 @@ def check_stages(args, python: str, bin_dir: Path, work: Path, needs: List[str])
                         f"hydra.sweep.dir={sweep}"], args.sweep_timeout, ["imports"]),
         Stage("report", [str(bin_dir / "launch-report"), str(sweep)], 20, ["sweep"],
               always=True),
+        # the dry run's time model for the sweep's cells, against what they measured
+        Stage("prediction", [python, "bench/prediction.py", "--runs", str(sweep), "--hardware",
+                             "cpu_2core" if cpu else "auto"], 120, ["sweep"]),
         Stage("anchors", [python, "bench/anchors.py", "--out", str(work / "anchors"),
                           "--timeout", str(args.anchors_timeout), *cell],
               args.anchors_timeout, ["imports"]),
@@ -212,6 +216,9 @@ def collect(stages: List[Stage], work: Path, out: Path, passed: bool, rehearse: 
     if results.exists():  # its first table: one row per cell
         text = results.read_text().split("\n\n")
         lines += [block for block in text if block.lstrip().startswith("|")][:1]
+    prediction = next((s for s in stages if s.name == "prediction"), None)
+    if prediction and prediction.status == "ok":
+        lines += [l for l in prediction.output.splitlines() if l.startswith(("|", "predicted"))]
     anchors = next((s for s in stages if s.name == "anchors"), None)
     if anchors and anchors.output:
         lines += [l for l in anchors.output.splitlines() if l.startswith(("|", "anchors on"))]

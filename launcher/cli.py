@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from launcher.run import ranks
 from launcher.run.preflight import preflight
 from launcher.run.support import check_support
-from launcher.config import Config, ConfigError, check_world_size, to_config
+from launcher.config import LAUNCH_WORLD, Config, ConfigError, check_world_size, to_config
 
 _exit_code = [0]  # set by a run; a sweep exits with its own code, Hydra's errors with 1
 
@@ -35,6 +35,19 @@ def register_configs() -> None:
         if path.name.endswith(".yaml"):
             node = OmegaConf.create(path.read_text())
             store.store(group="recipe", name=path.name[:-5], node=node, package="_global_")
+
+
+def compose(overrides: list) -> Config:
+    """The typed Config `launch OVERRIDES` would run, composed and validated as launch does
+    (model.vocab_size filled in), without Hydra's run directory: for scripts under bench/."""
+    from hydra import compose as hydra_compose, initialize_config_module
+
+    from launcher.run.preflight import with_vocab
+
+    register_configs()
+    with initialize_config_module(config_module="launcher.conf", version_base=None):
+        return with_vocab(to_config(hydra_compose(config_name="config",
+                                                  overrides=list(overrides))))
 
 
 @hydra.main(version_base=None, config_path="pkg://launcher.conf", config_name="config")
@@ -57,7 +70,10 @@ def _main(composed: DictConfig) -> None:
     if cfg.runtime.print_megatron_lm:
         return print(megatron_lm_command(cfg))
     if cfg.runtime.dry_run:
-        return print(dry_run(cfg))
+        try:
+            return print(dry_run(cfg))
+        except ConfigError as err:  # the run does not fit the cluster's world
+            return refuse(err, run_dir)
     from launcher.run.spawn import run
 
     os.environ.update(cleared.environment)  # before any rank, and before torch reads CUDA's
@@ -72,13 +88,20 @@ def dry_run(cfg: Config) -> str:
     Transformer Engine, estimated on a laptop), why, as a line of it rather than a refusal."""
     from launcher.run.estimate import describe
 
-    world = cfg.runtime.world_size
+    from launcher.config.cluster import CLUSTER_WORLD
+    from launcher.run.predict import cluster_of, describe_prediction
+
+    world, source = cfg.runtime.world_size, LAUNCH_WORLD
+    if cfg.cluster.gpu is not None:  # the world of the cluster predicted for
+        world, source = cluster_of(cfg).world, CLUSTER_WORLD
     try:
         check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
         here = ""
     except ConfigError as err:
         here = f"here the run would be refused: {err}"
-    return describe(cfg, world, check_world_size(cfg, world), here)
+    lines = describe(cfg, world, check_world_size(cfg, world, source), here).splitlines()
+    predicted = describe_prediction(cfg) if cfg.cluster.gpu is not None else []
+    return "\n".join(lines[:-1] + predicted + lines[-1:])  # "nothing started" last
 
 
 def megatron_lm_command(cfg: Config) -> str:

@@ -22,6 +22,7 @@ from launcher.config.schema import (  # noqa: F401
     unknown_keys,
 )
 from launcher.config.error import ConfigError  # noqa: F401
+from launcher.config.cluster import ClusterConfig, Hardware, load_hardware  # noqa: F401
 from launcher.config.fusions import FusionsConfig  # noqa: F401
 from launcher.config.layers import MoeConfig, RecomputeConfig  # noqa: F401
 from launcher.config.profile import ProfileConfig  # noqa: F401

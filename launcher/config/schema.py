@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from launcher.config.choices import CudaGraphImpl, DataKind, FsdpDtype, Precision
+from launcher.config.cluster import ClusterConfig
 from launcher.config.error import ConfigError
 from launcher.config.model import CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig
 from launcher.config.profile import ProfileConfig
@@ -33,6 +34,7 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def __post_init__(self):
         if self.fsdp.prefetch_first_param_group and (
@@ -60,6 +62,8 @@ class Config:
                 f"train.inject_nan_at_step={self.train.inject_nan_at_step} cannot poison a "
                 f"replayed CUDA graph (cuda_graph.impl={self.cuda_graph.impl.value} runs no Python "
                 "inside the step); remove train.inject_nan_at_step or set cuda_graph.impl=none")
+        if self.cluster.gpu is not None:
+            self.cluster.world(self.runtime.nproc_per_node, self.runtime.nnodes)
         self._check_main_params()
         self._check_experts()
         self._check_hparams()

@@ -69,27 +69,47 @@ def mlp_parameters(model: ModelConfig, width: int) -> int:
 
 def num_parameters(model: ModelConfig, padded_vocab: int) -> Parameters:
     """The GPTModel that `model` builds (see the module's docstring)."""
-    h, s = model.hidden_size, model.seq_length
+    layers = [layer_parameters(model, moe) for moe in model.moe.pattern(model.num_layers)]
+    experts = sum(layer.experts for layer in layers)
+    active = sum(layer.active_experts for layer in layers)
+    return Parameters(outside_layers(model, padded_vocab) + sum(l.dense for l in layers),
+                      experts, active)
+
+
+def norm_parameters(model: ModelConfig) -> int:
+    h = model.hidden_size
+    return 2 * h if model.normalization == Normalization.LayerNorm else h
+
+
+def outside_layers(model: ModelConfig, padded_vocab: int) -> int:
+    """Word (and an untied output layer's) and position embeddings, and the final norm:
+    Megatron-FSDP's first parameter group."""
+    h = model.hidden_size
+    embeddings = padded_vocab * h * (2 if model.untie_embeddings else 1)
+    positions = (model.seq_length * h
+                 if model.position_embedding == PositionEmbedding.learned_absolute else 0)
+    return embeddings + positions + norm_parameters(model)
+
+
+def layer_parameters(model: ModelConfig, moe: int) -> Parameters:
+    """One transformer layer's parameters; `moe`: 1 for an MoE layer (router, shared expert and
+    the routed experts in place of the MLP)."""
+    h = model.hidden_size
     q = model.head_channels * model.num_attention_heads
     k = model.head_channels * model.query_groups
-    norm = 2 * h if model.normalization == Normalization.LayerNorm else h
+    norm = norm_parameters(model)
     head_norm = norm // h * model.head_channels
     bias = model.add_bias_linear
     attention = (norm + h * (q + 2 * k) + q * h + ((q + 2 * k + h) if bias else 0)
                  + (2 * head_norm if model.qk_layernorm else 0) + norm)  # + pre-MLP norm
-    moe, pattern = model.moe, model.moe.pattern(model.num_layers)
-    moe_layers = sum(pattern)
-    dense_mlp = mlp_parameters(model, model.ffn_size) * (model.num_layers - moe_layers)
+    if not moe:
+        return Parameters(attention + mlp_parameters(model, model.ffn_size), 0, 0)
+    spec = model.moe
     expert = mlp_parameters(model, model.expert_ffn_size)
-    shared = (mlp_parameters(model, moe.shared_expert_ffn_hidden_size)
-              if moe.shared_expert_ffn_hidden_size else 0)
-    router = (moe.num_experts or 0) * h
-    embeddings = padded_vocab * h * (2 if model.untie_embeddings else 1)
-    positions = s * h if model.position_embedding == PositionEmbedding.learned_absolute else 0
-    dense = (embeddings + positions + model.num_layers * attention + dense_mlp
-             + moe_layers * (router + shared) + norm)  # + the final norm
-    return Parameters(dense, moe_layers * (moe.num_experts or 0) * expert,
-                      moe_layers * (moe.router_topk if moe.enabled else 0) * expert)
+    shared = (mlp_parameters(model, spec.shared_expert_ffn_hidden_size)
+              if spec.shared_expert_ffn_hidden_size else 0)
+    return Parameters(attention + spec.num_experts * h + shared, spec.num_experts * expert,
+                      spec.router_topk * expert)
 
 
 def memory_per_gpu(cfg: Config, dp: int) -> dict:

@@ -13,6 +13,7 @@ from typing import Dict, Optional, Sequence
 
 from launcher.config import Config, ConfigError, DataKind, Device, check_steady_state, \
     check_world_size
+from launcher.config.cluster import CLUSTER_WORLD
 from launcher.config.effect import check_effect
 from launcher.run import ranks, resume
 from launcher.run.environment import run_environment
@@ -62,12 +63,16 @@ def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]
         check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
         if cfg.runtime.device == Device.cpu:  # auto: known where the ranks start (spawn.py)
             check_device(cfg, "cpu")
-    environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub)
+    starts = 1 if ranks.external_starter() else (cfg.runtime.nproc_per_node or 1)
+    environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub, starts)
     return Cleared(cfg, resume_from, environment)
 
 
 def check_world(cfg: Config, planned: Optional[ranks.Layout]) -> None:
-    if planned is not None:
+    if cfg.runtime.dry_run and cfg.cluster.gpu is not None:  # predicted for the cluster's world
+        per_node, nodes = cfg.cluster.world(cfg.runtime.nproc_per_node, cfg.runtime.nnodes)
+        check_world_size(cfg, per_node * nodes, CLUSTER_WORLD)
+    elif planned is not None:
         ranks.check_runtime_matches(cfg.runtime, planned)
         check_world_size(cfg, planned.world_size, planned.world_source)
     elif not ranks.external_starter():  # else the rank checks the world it was given

@@ -86,8 +86,10 @@ def print_plan(plan: Plan, rounds: list, race=None) -> None:
     widths = [max([len(k)] + [len(c.values[k]) for c in plan.cells]) for k in keys]
     print(f"[sweep] {plan.name}: {len(plan.cells)} cells x {plan.repeats} repeat(s) "
           f"into {plan.sweep_dir}")
+    guess = max([len(c.predicted) for c in plan.cells if c.predicted], default=0)
+    predicted = [f"{'predicted':<{guess}}"] if guess else []
     print("  " + "  ".join([f"{'cell':<10}"] + [f"{k:<{w}}" for k, w in zip(keys, widths)]
-                           + ["plan"]))
+                           + predicted + ["plan"]))
     for cell in plan.cells:
         if race and cell.id in race.dropped:
             what = race.dropped[cell.id].reason
@@ -101,7 +103,7 @@ def print_plan(plan: Plan, rounds: list, race=None) -> None:
             what = f"invalid, will not run: {cell.reason}"
         print("  " + "  ".join([f"{cell.id:<10}"]
                                + [f"{cell.values[k]:<{w}}" for k, w in zip(keys, widths)]
-                               + [what]))
+                               + ([f"{cell.predicted:<{guess}}"] if guess else []) + [what]))
     valid = sum(c.valid for c in plan.cells)
     ok = sum(has_ok_run(plan.sweep_dir, c.id, r) for c in plan.cells if c.valid
              for r in range(plan.repeats))

@@ -27,7 +27,7 @@ from launcher.sweep.slurm import check_launcher, is_submitit
 from launcher.config import ConfigError, SweepConfig, to_config
 
 PLAN_FILE = "plan.json"
-UNMEASURED = ("sweep", "logging", "profile")  # sections left out of a cell's id
+UNMEASURED = ("sweep", "logging", "profile", "cluster")  # sections left out of a cell's id
 
 
 @dataclass
@@ -41,6 +41,8 @@ class Cell:
     valid: bool
     reason: str = ""
     """Why an invalid cell will not run: the validation error, one line."""
+    predicted: str = ""
+    """With cluster.gpu: the dry run's time model for the cell (launcher.run.predict)."""
 
 
 @dataclass
@@ -206,10 +208,23 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
     try:
         # the run's own pre-flight, as the job will run it, in the world it will get
         cfg = to_config(composed)
-        preflight(cfg, None, swept=keys, planned=planned_world(launcher))
+        cleared = preflight(cfg, None, swept=keys, planned=planned_world(launcher))
     except ConfigError as err:
-        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err)
-    return OmegaConf.to_container(composed, resolve=True, enum_to_str=True), values, ""
+        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err), ""
+    return (OmegaConf.to_container(composed, resolve=True, enum_to_str=True), values, "",
+            predicted(cleared.cfg))
+
+
+def predicted(cfg) -> str:
+    """The cell's predicted step on cluster.gpu, or why there is none; "" without a cluster."""
+    if cfg.cluster.gpu is None:
+        return ""
+    from launcher.run.predict import short
+
+    try:
+        return short(cfg)
+    except ConfigError as err:
+        return f"no prediction: {err}"
 
 
 def short_names(keys: List[str]) -> Dict[str, str]:
@@ -233,12 +248,13 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     sweep_dir = str(master.hydra.sweep.dir)
     cells, seen = [], {}
     for overrides in grid:
-        resolved, values, reason = compose_cell(load, overrides, keys, master.hydra.launcher)
+        resolved, values, reason, guess = compose_cell(load, overrides, keys,
+                                                      master.hydra.launcher)
         ident = cell_id(resolved)
         if not reason and ident in seen:
             reason = f"resolves to the same config as cell {seen[ident]}; drop one of them"
         seen.setdefault(ident, label(values))
-        cells.append(Cell(ident, label(values), values, overrides, not reason, reason))
+        cells.append(Cell(ident, label(values), values, overrides, not reason, reason, guess))
     name = sweep.name or Path(sweep_dir).name
     group = master.logging.wandb.group or name
     base_values = swept_values(master, dict(master.hydra.runtime.choices), keys)

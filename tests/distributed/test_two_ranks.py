@@ -63,6 +63,10 @@ def test_two_ranks_shard_and_match_one_rank(one_rank, two_ranks):
                                                                rel=0.01)
     assert s2["hosts"] == [socket.gethostname()]
     assert s2["devices_by_host"] == {socket.gethostname(): ["cpu", "cpu"]}
+    # one intra-op thread a rank, as torchrun gives several ranks of a node, unless set
+    assert [e["OMP_NUM_THREADS"] for e in s2["env"]] == [os.environ.get("OMP_NUM_THREADS",
+                                                                        "1")] * 2
+    assert s1["env"][0]["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS")
 
 
 def test_two_nodes_through_a_rendezvous_match_one_node(two_ranks, tmp_path):

@@ -45,6 +45,46 @@ def test_gpt_recipe_estimate_per_strategy():
     assert rows["no_shard"] > rows["optim"] > rows["optim_grads"] > rows["optim_grads_params"]
 
 
+def test_a_dry_run_on_a_named_cluster_predicts_the_step(tmp_path):
+    dry = launch("+recipe=llama3_70b", "cluster.gpu=h100_sxm", "cluster.nodes=8",
+                 "runtime.dry_run=true", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    out = dry.stdout
+    assert "world 64, data-parallel 64" in out  # the estimate is for the cluster's world too
+    head = re.search(r"\[predict\] NVIDIA H100 SXM5 80GB x 64 \(8 node\(s\) of 8\): ([\d.]+) s "
+                     r"a step = compute ([\d.]+) s \+ exposed communication ([\d.]+) s", out)
+    step, compute, exposed = (float(v) for v in head.groups())
+    assert step > compute > 0 and exposed > 0
+    assert re.search(r"  layer 0-79 \(x80\) +855,654,400", out)  # one row for 80 alike layers
+    assert re.search(r"\[predict\] [\d,]+ tokens/s/GPU, [\d.,]+ TFLOP/s/GPU, MFU [\d.]+%", out)
+    assert "[predict] fsdp.prefetch_first_param_group=true saves" in out
+    assert out.rstrip().endswith("[dry run] nothing started")
+
+
+def test_a_run_that_does_not_fit_the_clusters_world_is_refused_in_one_line(tmp_path):
+    dry = launch("+recipe=llama3_70b", "cluster.gpu=h100_sxm", "cluster.nodes=3",
+                 "runtime.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}")
+    assert dry.returncode == 2 and "Traceback" not in dry.stderr
+    assert dry.stderr.strip() == (
+        "error: train.global_batch_size=256 is not divisible by train.micro_batch_size x "
+        "data-parallel size = 1 x 24; set train.global_batch_size to a multiple of 24")
+
+
+def test_a_sweeps_dry_run_on_a_named_cluster_predicts_each_cell(tmp_path):
+    proc = launch("-m", "+recipe=llama3_70b", "cluster.gpu=h100_sxm", "cluster.nodes=8",
+                  "fsdp.prefetch_first_param_group=true,false",
+                  "cuda_graph.impl=none,full_iteration", "runtime.dry_run=true",
+                  f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("cell"))
+    assert header.split()[-2:] == ["predicted", "plan"]
+    cells = [line for line in lines if re.match(r"  [0-9a-f]{10}  ", line)]
+    predicted = [line for line in cells if re.search(r"[\d.]+ s/step, [\d,]+ tok/s/GPU, MFU", line)]
+    assert len(cells) == 4 and len(predicted) == 3  # the refused cell has none
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_sweep_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
     proc = launch("-m", "+recipe=sweep_tiny_cpu", "runtime.dry_run=true",
                   f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)

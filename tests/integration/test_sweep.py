@@ -309,3 +309,20 @@ def test_a_sweep_prints_one_line_per_run_and_where_to_look_once(sweep):
         assert "ERROR" not in text and "Profiler clears events" not in text, log
     assert len(list(sweep_dir.glob("*/repeat*/attempt0/console.log"))) == 6
     assert "GPTModel IS DEPRECATED" not in proc.stdout + proc.stderr
+
+
+def test_the_time_model_predicts_every_run_of_the_sweep(sweep):
+    """The GPU check's prediction stage (bench/prediction.py --runs) on this CPU sweep: a row per
+    finished run, predicted and measured step times side by side."""
+    _, sweep_dir = sweep
+    proc = subprocess.run([sys.executable, str(Path(__file__).parents[2] / "bench" /
+                                               "prediction.py"), "--runs", str(sweep_dir),
+                           "--hardware", "cpu_2core"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines()
+            if line.startswith("| ") and "repeat" in line]
+    assert len(rows) == len(summaries(sweep_dir)) == 6  # 3 valid cells x 2 repeats
+    for run, predicted, measured, ratio, *_ in rows:
+        assert float(predicted) > 0 and float(measured) > 0
+        assert float(ratio) == pytest.approx(float(predicted) / float(measured), rel=0.02)

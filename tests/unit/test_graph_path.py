@@ -136,3 +136,9 @@ def test_incompatible_environment_is_refused(cuda_graph, environ, message):
 
 def test_eager_runs_leave_graph_variables_alone():
     assert run_environment(EAGER, {"NCCL_GRAPH_REGISTER": "1"}) == {}
+
+
+def test_several_ranks_of_a_node_get_one_thread_each_as_torchrun_gives_them():
+    assert run_environment(EAGER, {}, ranks_per_node=2) == {"OMP_NUM_THREADS": "1"}
+    assert run_environment(EAGER, {"OMP_NUM_THREADS": "4"}, ranks_per_node=2) == {}
+    assert run_environment(EAGER, {}, ranks_per_node=1) == {}

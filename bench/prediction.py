@@ -1,0 +1,168 @@
+"""The dry run's time model against measured runs: the CPU twins of the recipes (the gpt recipe
+on the tiny GPT, llama3_8b_tiny_cpu, moe_small_tiny_cpu, all bf16 as their recipes say) on 1, 2
+and 4 ranks, the switch on and off, predicted for this machine's hardware file and then run.
+
+    .venv/bin/python bench/prediction.py [--repeats 2] [--steps 20] [--hardware cpu_2core]
+    python bench/prediction.py --runs SWEEP_DIR --hardware auto      (the GPU check's runs)
+
+Runs every cell `--repeats` times, interleaved (each round runs every cell once, in order), and
+prints per cell the predicted / measured ratio of the steady-state step time (median of the steps
+after warmup, pooled over the repeats) and of the first group's wait (first_group_wait_s, the
+first forward's wait for the first group), then per model and rank count the switch's saving
+(off minus on): predicted, measured with its 95% interval (launcher.sweep.stats, a bootstrap over
+repeats and steps), and whether the signs agree where the interval excludes zero. Targets: step
+time within 0.75-1.33; the sign right wherever the measured interval excludes zero. Four ranks
+share the machine's two cores: the model slows each rank's host and compute by ranks / cores.
+
+`--runs DIR`: no run of its own; for every finished run under DIR (a sweep's folder) the same
+ratios, from its summary.json (its resolved config, world, median step time and first-group
+wait). `--hardware auto`: the file of this machine's GPU (h100_sxm, h200_sxm), else cpu_2core.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+LAUNCH = str(Path(sys.executable).parent / "launch")
+TWINS = {
+    "gpt2": ["+recipe=gpt", "model=tiny", "train.global_batch_size=8", "train.micro_batch_size=2",
+             "train.lr_warmup_steps=2", "runtime.device=cpu"],
+    "llama": ["+recipe=llama3_8b_tiny_cpu"],
+    "moe": ["+recipe=moe_small_tiny_cpu"],
+}
+
+
+def overrides(model: str, ranks: int, prefetch: bool, steps: int) -> list:
+    experts = ["parallel.expert_model_parallel_size=1"] if model == "moe" and ranks == 1 else []
+    return [*TWINS[model], *experts, f"runtime.nproc_per_node={ranks}", f"train.steps={steps}",
+            "train.warmup_steps=4", f"fsdp.prefetch_first_param_group={str(prefetch).lower()}"]
+
+
+def predicted(args: list, hardware: str) -> tuple:
+    from launcher.cli import compose
+    from launcher.config import load_hardware
+    from launcher.run.predict import Cluster, predict
+
+    cfg = compose(args)
+    p = predict(cfg, Cluster(load_hardware(hardware), cfg.runtime.nproc_per_node, 1))
+    return p.timeline.step_s, p.timeline.first_wait_s
+
+
+def measure(args: list, folder: str) -> tuple:
+    """(steady step times, first-group waits) of one run."""
+    run_dir = os.path.join(folder, f"run{len(os.listdir(folder))}")
+    env = dict(os.environ, WANDB_SILENT="true")
+    subprocess.run([LAUNCH, *args, f"hydra.run.dir={run_dir}"], check=True, capture_output=True,
+                   timeout=900, env=env)
+    steps = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    steady = [s for s in steps if s["step"] > 4]
+    return ([s["step_time_s"] for s in steady],
+            [s["first_group_wait_s"] for s in steady if s.get("first_group_wait_s") is not None])
+
+
+def auto_hardware() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu_2core"
+    name = torch.cuda.get_device_name()
+    for kind, file in (("H200", "h200_sxm"), ("H100", "h100_sxm"), ("B200", "b200"),
+                       ("GB200", "gb200")):
+        if kind in name:
+            return file
+    raise SystemExit(f"error: no hardware file for {name}; pass --hardware NAME")
+
+
+def predict_runs(folder: str, hardware: str) -> None:
+    """predicted / measured for every ok run under `folder`, from its summary.json."""
+    from omegaconf import OmegaConf
+
+    from launcher.cli import register_configs
+    from launcher.config import load_hardware, to_config
+    from launcher.run.predict import Cluster, predict
+
+    register_configs()
+    hw = load_hardware(auto_hardware() if hardware == "auto" else hardware)
+    print(f"predicted for {hw.name}\n")
+    print("| run | step ms predicted | measured | ratio | first-group wait ms predicted | "
+          "measured |")
+    print("|---|---|---|---|---|---|")
+    for path in sorted(Path(folder).rglob("summary.json")):
+        summary = json.loads(path.read_text())
+        metrics = summary.get("metrics") or {}
+        if summary.get("status") != "ok" or not metrics.get("step_time_s_p50"):
+            continue
+        cfg = to_config(OmegaConf.create(summary["config"]))
+        world = summary["world_size"]
+        p = predict(cfg, Cluster(hw, world, 1))
+        measured, wait = metrics["step_time_s_p50"], metrics.get("first_group_wait_s")
+        waited = f"{wait * 1e3:.2f}" if wait is not None else "null"
+        print(f"| {path.parent.relative_to(folder)} | {p.timeline.step_s * 1e3:.1f} | "
+              f"{measured * 1e3:.1f} | {p.timeline.step_s / measured:.2f} | "
+              f"{p.timeline.first_wait_s * 1e3:.2f} | {waited} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", metavar="DIR", help="predict the finished runs under DIR")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--hardware", default="cpu_2core")
+    parser.add_argument("--models", nargs="*", default=list(TWINS))
+    parser.add_argument("--ranks", nargs="*", type=int, default=[1, 2, 4])
+    args = parser.parse_args()
+    if args.runs:
+        return predict_runs(args.runs, args.hardware)
+    cells = [(m, r, p) for m in args.models for r in args.ranks for p in (True, False)]
+    runs = {cell: [] for cell in cells}
+    with tempfile.TemporaryDirectory() as folder:
+        for round_ in range(args.repeats):
+            for cell in cells:
+                runs[cell].append(measure(overrides(*cell, args.steps), folder))
+                print(f"# round {round_ + 1}: {cell} done", file=sys.stderr, flush=True)
+    report(cells, runs, args)
+
+
+def report(cells: list, runs: dict, args) -> None:
+    from launcher.sweep.stats import difference_ci
+
+    ms = 1e3
+    print("| model | ranks | switch | step ms predicted | measured | ratio | first-group wait ms "
+          "predicted | measured |")
+    print("|---|---|---|---|---|---|---|---|")
+    predictions, ratios = {}, []
+    for cell in cells:
+        step, wait = predicted(overrides(*cell, args.steps), args.hardware)
+        predictions[cell] = step
+        measured = statistics.median(t for steps, _ in runs[cell] for t in steps)
+        waits = [w for _, ws in runs[cell] for w in ws]
+        waited = statistics.median(waits) * ms if waits else float("nan")
+        ratios.append(step / measured)
+        print(f"| {cell[0]} | {cell[1]} | {'on' if cell[2] else 'off'} | {step * ms:.1f} | "
+              f"{measured * ms:.1f} | {step / measured:.2f} | {wait * ms:.2f} | {waited:.2f} |")
+    print("\n| model | ranks | saving ms predicted | measured [95% interval] | sign |")
+    print("|---|---|---|---|---|")
+    wrong = 0
+    for model in args.models:
+        for ranks in args.ranks:
+            on, off = (model, ranks, True), (model, ranks, False)
+            saving = predictions[off] - predictions[on]
+            diff, low, high = difference_ci([s for s, _ in runs[off]], [s for s, _ in runs[on]])
+            decided = low > 0 or high < 0
+            right = (saving > 0) == (diff > 0)
+            wrong += decided and not right
+            sign = ("right" if right else "WRONG") if decided else "interval holds 0"
+            print(f"| {model} | {ranks} | {saving * ms:+.2f} | {diff * ms:+.2f} "
+                  f"[{low * ms:+.2f}, {high * ms:+.2f}] | {sign} |")
+    inside = sum(0.75 <= r <= 1.33 for r in ratios)
+    print(f"\nstep_time_within_0.75_1.33={inside}/{len(ratios)} "
+          f"ratios={min(ratios):.2f}..{max(ratios):.2f} wrong_signs={wrong}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,434 @@
+"""The dry run's time model: one step of a run on a named cluster (`cluster.gpu`, hardware/),
+before any rank starts. Arithmetic only, beside the memory estimate (launcher/run/estimate.py).
+
+What it follows (megatron-core 0.19.2's Megatron-FSDP, megatron_fsdp.py and
+param_and_grad_buffer.py):
+- Buckets: the parameters outside the transformer layers (embeddings, an untied output layer,
+  the final norm) are the first parameter group, and each layer is one group (fsdp unit), its
+  routed experts a group of their own over the expert data-parallel ranks. Each collective moves
+  the whole bucket (padding left out): an all-gather in the weights' dtype, a reduce-scatter in
+  the main gradients' (fsdp.grad_comm_dtype, else main_grads_dtype, else the weights' dtype).
+- optim_grads_params gathers every layer in the forward and again in the backward (released
+  after each use), prefetching the next buckets until half of suggested_communication_unit_size
+  (default max(1e9, 2 x the mean layer)) is on its way; the first group stays gathered for the
+  step. Each layer's gradients are reduce-scattered once its backward is done, every microbatch.
+  optim and optim_grads gather once per step; optim reduces once, after the last microbatch.
+- The switch: on, the optimizer step's start_param_sync gathers the first group and the prefetch
+  window behind it; off, the first forward gathers the first group alone and waits for it,
+  then the first layer gathers its own bucket and the window.
+- Collectives share one channel, in the order they are issued: t = latency + (n-1)/n x bytes /
+  bandwidth over n ranks (NVLink inside a domain, the NIC across).
+- Compute: Megatron-LM's model FLOPs (launcher/run/metrics.py) at the hardware's dense peak for
+  the dtype times its measured matmul fraction (with fp8, the core attention at bf16's); a full recomputation repeats the forward of the
+  recomputed layers. Each layer also costs `layer_host_us` of host time: on a GPU the kernels of
+  a layer run for max(FLOP time, host time) (gone under a full-iteration CUDA graph); on a CPU
+  the two add, and ranks beyond its cores share them.
+- The optimizer step streams the local shard's fp32 weights, gradients and both moments in
+  and out of memory once. The step ends with the launcher's sync point: on a GPU
+  torch.cuda.synchronize waits for the prefetch the switch issued, so on a GPU the switch saves
+  only what the first forward would otherwise wait for beyond that; on a CPU (gloo) the host goes
+  on, and the prefetch overlaps the host's work between steps (`step_host_us`).
+Left out: padding, fsdp.bucket_size's split of the first group, kernel fusion differences, attention kernels' own efficiency, MoE load
+imbalance, pipeline / tensor / context parallelism, HSDP's outer reduction, and NCCL's sharing of
+the links between an all-gather and a reduce-scatter in flight together.
+"""
+
+from dataclasses import dataclass, replace
+from typing import List, Optional
+
+from launcher.config import (
+    Activation, Config, ConfigError, CudaGraphImpl, FsdpDtype, Precision, RecomputeGranularity,
+    ShardingStrategy, check_world_size,
+)
+from launcher.config.cluster import CLUSTER_WORLD, Hardware
+from launcher.run.estimate import layer_parameters, memory_per_gpu, outside_layers, padded_vocab
+from launcher.run.metrics import flops_per_step
+
+DEFAULT_UNIT = 1e9  # Megatron-FSDP's floor for suggested_communication_unit_size
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Cluster:
+    hardware: Hardware
+    gpus_per_node: int
+    nodes: int
+
+    @property
+    def world(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    def collective_s(self, nbytes: float, ranks: int) -> float:
+        """One all-gather, reduce-scatter or all-to-all moving `nbytes` in all over `ranks`."""
+        if ranks <= 1:
+            return 0.0
+        latency, bandwidth = self.hardware.collective(
+            ranks, ranks > self.hardware.nvlink_domain, self.gpus_per_node)
+        return latency + (ranks - 1) / ranks * nbytes / bandwidth
+
+    @property
+    def host_share(self) -> float:
+        """How much slower a CPU rank computes for sharing the cores with the node's other
+        ranks."""
+        cores = self.hardware.cores
+        return max(1.0, self.gpus_per_node / cores) if cores else 1.0
+
+    def host_s(self, name: str) -> float:
+        """A host time (layer_host_us, step_host_us) in seconds, for this node's ranks: as
+        measured with them, or the scalar slowed by their share of the cores."""
+        hw = self.hardware
+        share = 1.0 if hw.measured_host else self.host_share
+        return hw.at(name, self.gpus_per_node) * 1e-6 * share
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One of Megatron-FSDP's fsdp units as a step sees it (the first: the parameters outside
+    the layers, whose compute is the output layer's): its parameters, the seconds of its
+    collectives and of its compute per microbatch."""
+
+    name: str
+    params: int
+    allgather_s: float
+    reduce_s: float
+    forward_s: float
+    backward_s: float
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One step as the simulation ran it."""
+
+    step_s: float
+    compute_s: float
+    optimizer_s: float
+    first_wait_s: float
+    """How long the first forward waits for the first group."""
+    tail_s: float
+    """The switch's prefetch waited at the step's end (a GPU's sync point)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One step of the run, per GPU, and the switch's saving."""
+
+    units: List[Unit]
+    timeline: Timeline
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    memory_gib: float
+    saving_s: Optional[float]
+    """Step time with the switch off minus with it on (positive: on is faster); None where one
+    of the two settings cannot run."""
+    why: str
+
+
+@dataclass(frozen=True)
+class Group:
+    """One of Megatron-FSDP's parameter groups (optim_grads_params, bucket_size null)."""
+
+    name: str
+    params: int
+    """All of the group's parameters (a routed-experts group: every expert of the layer, which
+    expert parallelism splits)."""
+    experts: bool
+
+
+def parameter_groups(cfg: Config) -> List[Group]:
+    """In Megatron-FSDP's order: the parameters outside the layers, then per layer its own and
+    (an MoE layer) its routed experts' (param_and_grad_buffer.py: _get_parameter_groups groups by
+    dtype, expert or not, and fsdp unit, the transformer layers being the units)."""
+    m = cfg.model
+    groups = [Group("embeddings", outside_layers(m, padded_vocab(cfg)), False)]
+    for index, moe in enumerate(m.moe.pattern(m.num_layers)):
+        layer = layer_parameters(m, moe)
+        groups.append(Group(f"layer {index}", layer.dense, False))
+        if layer.experts:
+            groups.append(Group(f"layer {index} experts", layer.experts, True))
+    return groups
+
+
+def weight_bytes(cfg: Config) -> int:
+    return 2 if cfg.train.precision == Precision.bf16 else 4
+
+
+def grad_bytes(cfg: Config) -> int:
+    """The reduce-scatter's dtype: grad_comm_dtype, else main_grads_dtype, else the weights'."""
+    for dtype in (cfg.fsdp.grad_comm_dtype, cfg.fsdp.main_grads_dtype):
+        if FsdpDtype(dtype) != FsdpDtype.auto:
+            return 2 if FsdpDtype(dtype) == FsdpDtype.bf16 else 4
+    return weight_bytes(cfg)
+
+
+def layer_flops(cfg: Config, moe: int) -> float:
+    """Model FLOPs (forward and backward) of one layer for one microbatch, as Megatron-LM counts
+    them (launcher/run/metrics.py: flops_per_step is the layers' sum plus the logits)."""
+    m = cfg.model
+    h, s = m.hidden_size, m.seq_length
+    q, k = m.head_channels * m.num_attention_heads, m.head_channels * m.query_groups
+    gates = 3 if m.activation == Activation.swiglu else 2
+    width = (m.expert_ffn_size * m.moe.router_topk + (m.moe.shared_expert_ffn_hidden_size or 0)
+             if moe else m.ffn_size)
+    per_token = 3 * 2 * (h * gates * width + h * (q + 2 * k) + q * s / 2 * 2 + q * h)
+    return per_token * s * cfg.train.micro_batch_size
+
+
+def logits_flops(cfg: Config) -> float:
+    m = cfg.model
+    return 3 * 2 * m.hidden_size * padded_vocab(cfg) * m.seq_length * cfg.train.micro_batch_size
+
+
+def units_of(cfg: Config, cluster: Cluster, math: str) -> List[Unit]:
+    """The step's units in forward order; without fsdp units (strategies other than
+    optim_grads_params) the whole model is one."""
+    m, ep = cfg.model, cfg.parallel.expert_model_parallel_size
+    dp = cluster.world // cfg.parallel.model_parallel_size
+    rate = matmul_rate(cluster, math)
+    wb, gb = weight_bytes(cfg), grad_bytes(cfg)
+
+    def comm(dense: int, experts: int, per: int) -> float:
+        routed = cluster.collective_s(experts / ep * per, dp // ep) if experts else 0.0
+        return cluster.collective_s(dense * per, dp) + routed
+
+    first = parameter_groups(cfg)[0].params
+    units = [Unit("embeddings", first, comm(first, 0, wb), comm(first, 0, gb),
+                  logits_flops(cfg) / 3 / rate, logits_flops(cfg) * 2 / 3 / rate)]
+    for index, moe in enumerate(m.moe.pattern(m.num_layers)):
+        params = layer_parameters(m, moe)
+        units.append(Unit(f"layer {index}", params.dense + params.experts // ep,
+                          comm(params.dense, params.experts, wb),
+                          comm(params.dense, params.experts, gb),
+                          *layer_seconds(cfg, cluster, moe, math)))
+    if cfg.fsdp.sharding_strategy != ShardingStrategy.optim_grads_params:
+        units = [merged(units)]
+    if cfg.fsdp.sharding_strategy == ShardingStrategy.no_shard:  # an all-reduce, nothing gathered
+        units = [replace(u, allgather_s=0.0, reduce_s=2 * u.reduce_s) for u in units]
+    return units
+
+
+def matmul_rate(cluster: Cluster, math: str) -> float:
+    """FLOP/s a rank's GEMMs run at in `math`: the dense peak x the matmul fraction."""
+    hw = cluster.hardware
+    if math not in hw.tflops:
+        raise ConfigError(f"cluster.gpu={hw.name} has no {math} matmul rate; its file has "
+                          f"{', '.join(hw.tflops)}")
+    return hw.tflops[math] * 1e12 * hw.matmul_fraction / cluster.host_share
+
+
+def layer_seconds(cfg: Config, cluster: Cluster, moe: int, math: str) -> tuple:
+    """(forward, backward) of one layer for one microbatch: its FLOPs (with fp8, the core
+    attention, QK^T and scores x V, at bf16's rate, as FP8 recipes keep it), a full
+    recomputation's second forward, an MoE layer's all-to-alls, and the host's time."""
+    m, hw, ep = cfg.model, cluster.hardware, cfg.parallel.expert_model_parallel_size
+    tokens = cfg.train.micro_batch_size * m.seq_length
+    rate, attention_rate = matmul_rate(cluster, math), matmul_rate(cluster, "bf16")
+    attention = 3 * 2 * m.head_channels * m.num_attention_heads * m.seq_length * tokens
+    seconds = (layer_flops(cfg, moe) - attention) / rate + attention / attention_rate
+    forward, backward = seconds / 3, seconds * 2 / 3
+    if m.recompute.granularity == RecomputeGranularity.full:
+        backward += forward
+    if moe and ep > 1:  # dispatch and combine, forward; their transposes, backward
+        a2a = 2 * cluster.collective_s(
+            tokens * m.moe.router_topk * m.hidden_size * weight_bytes(cfg), ep)
+        forward, backward = forward + a2a, backward + a2a
+    host = cluster.host_s("moe_layer_host_us" if moe else "layer_host_us")
+    if not hw.async_host:  # a CPU: the host computes
+        return forward + host / 3, backward + host * 2 / 3
+    if CudaGraphImpl(cfg.cuda_graph.impl) == CudaGraphImpl.full_iteration:
+        return forward, backward  # replayed: no launches
+    return max(forward, host / 3), max(backward, host * 2 / 3)  # the kernels run behind the host
+
+
+def merged(units: List[Unit]) -> Unit:
+    """The whole model as one group: one collective each way (the units' times summed, so each
+    unit's latency counts: a small overstatement)."""
+    return Unit("all", sum(u.params for u in units), sum(u.allgather_s for u in units),
+                sum(u.reduce_s for u in units), sum(u.forward_s for u in units),
+                sum(u.backward_s for u in units))
+
+
+def window(units: List[Unit], start: int, step: int, elements: float) -> List[int]:
+    """The units one hook gathers: its own, then the next ones (step +1 forward, -1 backward,
+    never the first group) until `elements` are on their way."""
+    chosen, total, at = [start], units[start].params, start + step
+    while 0 < at < len(units) and total < elements:
+        chosen.append(at)
+        total += units[at].params
+        at += step
+    return chosen
+
+
+def prefetch_elements(cfg: Config, units: List[Unit]) -> float:
+    size = cfg.fsdp.suggested_communication_unit_size
+    if size is None:
+        layers = [u.params for u in units[1:]] or [0]
+        size = max(DEFAULT_UNIT, 2 * sum(layers) / len(layers))
+    return size / 2
+
+
+class Channel:
+    """The collectives, one after another in the order they are issued."""
+
+    def __init__(self, free_at: float = 0.0):
+        self.free_at = free_at
+
+    def run(self, at: float, seconds: float) -> float:
+        """Issue at `at`; returns when it is done."""
+        self.free_at = max(at, self.free_at) + seconds
+        return self.free_at
+
+
+def simulate(cfg: Config, units: List[Unit], cluster: Cluster, prefetch: bool) -> Timeline:
+    """One steady-state step, prefetch = the switch (see the module's docstring)."""
+    hw = cluster.hardware
+    strategy = ShardingStrategy(cfg.fsdp.sharding_strategy)
+    released = strategy == ShardingStrategy.optim_grads_params
+    every_microbatch = strategy in (ShardingStrategy.optim_grads,
+                                    ShardingStrategy.optim_grads_params)
+    elements = prefetch_elements(cfg, units)
+    gap = cluster.host_s("step_host_us")
+    dp = cluster.world // cfg.parallel.model_parallel_size
+    microbatches = cfg.train.global_batch_size // (cfg.train.micro_batch_size * dp)
+    channel, ready, t, tail = Channel(), {}, 0.0, 0.0
+    gathers = strategy != ShardingStrategy.no_shard
+    if gathers and prefetch:  # issued by the last step's start_param_sync
+        issued = window(units, 0, 1, elements)
+        if hw.async_host:  # torch.cuda.synchronize at the step's end waited for it
+            tail = sum(units[u].allgather_s for u in issued)
+            ready = {u: 0.0 for u in issued}
+        else:  # gloo works beside the host, over its work between steps
+            channel.free_at = -gap
+            ready = {u: channel.run(-gap, units[u].allgather_s) for u in issued}
+    first_wait, compute = None, 0.0
+
+    def gather(u: int, step: int, alone: bool = False) -> float:
+        for v in ([u] if alone else window(units, u, step, elements)):
+            if v not in ready:
+                ready[v] = channel.run(t, units[v].allgather_s)
+        return max(0.0, ready[u] - t)
+
+    for microbatch in range(microbatches):
+        for u, unit in enumerate(units):  # forward; the first group's output layer comes last
+            wait = gather(u, 1, alone=u == 0) if gathers else 0.0
+            first_wait = wait if first_wait is None else first_wait
+            t += wait + (unit.forward_s if u else 0.0)
+            if released and u:
+                del ready[u]
+        t += units[0].forward_s + units[0].backward_s  # the logits, forward and backward
+        last = microbatch == microbatches - 1
+        for u in range(len(units) - 1, -1, -1):  # backward
+            t += (gather(u, -1) if gathers and u else 0.0) + (units[u].backward_s if u else 0.0)
+            if released and u:
+                del ready[u]
+            if every_microbatch or last:
+                channel.run(t, units[u].reduce_s)
+        compute += sum(u.forward_s + u.backward_s for u in units)
+    t = max(t, channel.free_at)  # finish_grad_sync waits for every reduce-scatter
+    optimizer = optimizer_s(cfg, units, cluster)
+    return Timeline(t + optimizer + tail + gap, compute, optimizer, first_wait or 0.0, tail)
+
+
+def optimizer_s(cfg: Config, units: List[Unit], cluster: Cluster) -> float:
+    """Adam over the local shard: fp32 weights and both moments read and written, the gradient
+    read, the model's weights written."""
+    dp = cluster.world // cfg.parallel.model_parallel_size
+    strategy = ShardingStrategy(cfg.fsdp.sharding_strategy)
+    shard = sum(u.params for u in units) / (1 if strategy == ShardingStrategy.no_shard else dp)
+    nbytes = shard * (2 * 4 + 2 * 8 + grad_bytes(cfg) + weight_bytes(cfg))
+    return nbytes / (cluster.hardware.hbm_gbps * 1e9) * cluster.host_share
+
+
+def predict(cfg: Config, cluster: Cluster, math: Optional[str] = None) -> Prediction:
+    """The step of `cfg` on `cluster`; `math`: the matmul dtype (default: the run's precision;
+    fp8 for a paper comparison with an FP8 row)."""
+    math = math or Precision(cfg.train.precision).value
+    units = units_of(cfg, cluster, math)
+    prefetch = cfg.fsdp.prefetch_first_param_group
+    timeline = simulate(cfg, units, cluster, prefetch)
+    world, m = cluster.world, cfg.model
+    flops = flops_per_step(m, cfg.train.global_batch_size, padded_vocab(cfg))
+    tflops = flops / timeline.step_s / world / 1e12
+    dp = world // cfg.parallel.model_parallel_size
+    memory = sum(memory_per_gpu(cfg, dp)[cfg.fsdp.sharding_strategy.value].values()) / GIB
+    saving, why = switch(cfg, units, cluster, timeline)
+    return Prediction(units, timeline,
+                      cfg.train.global_batch_size * m.seq_length / timeline.step_s / world,
+                      tflops, tflops / cluster.hardware.tflops[math], memory, saving, why)
+
+
+def switch(cfg: Config, units: List[Unit], cluster: Cluster, this: Timeline) -> tuple:
+    """(saving in s, the reason it is large or small) of fsdp.prefetch_first_param_group."""
+    strategy = ShardingStrategy(cfg.fsdp.sharding_strategy)
+    if strategy == ShardingStrategy.no_shard:
+        return None, "no_shard gathers nothing: the switch has nothing to move"
+    if CudaGraphImpl(cfg.cuda_graph.impl) == CudaGraphImpl.full_iteration:
+        return None, "a full-iteration CUDA graph needs the switch off"
+    on = this if cfg.fsdp.prefetch_first_param_group else simulate(cfg, units, cluster, True)
+    off = simulate(cfg, units, cluster, False) if cfg.fsdp.prefetch_first_param_group else this
+    issued = window(units, 0, 1, prefetch_elements(cfg, units))
+    ms = 1e3
+    if cluster.hardware.async_host:
+        why = (f"off, the first forward waits {off.first_wait_s * ms:.3g} ms for the first "
+               f"group; on, the step's sync point waits {on.tail_s * ms:.3g} ms for the "
+               f"{len(issued)} unit(s) start_param_sync gathers, with no compute to hide behind")
+    else:
+        why = (f"off, the first forward waits {off.first_wait_s * ms:.3g} ms for the first "
+               f"group; on, {on.first_wait_s * ms:.3g} ms: its all-gather runs during the "
+               f"host's {cluster.host_s('step_host_us') * ms:.3g} ms between steps")
+    saving = off.step_s - on.step_s
+    return (0.0 if abs(saving) < 1e-12 else saving), why  # 0, not a rounding's -1.8e-15
+
+
+def cluster_of(cfg: Config) -> Cluster:
+    """The cluster the config names; raises ConfigError where the run does not fit its world."""
+    per_node, nodes = cfg.cluster.world(cfg.runtime.nproc_per_node, cfg.runtime.nnodes)
+    check_world_size(cfg, per_node * nodes, CLUSTER_WORLD)
+    return Cluster(cfg.cluster.hardware(), per_node, nodes)
+
+
+def short(cfg: Config) -> str:
+    """A sweep plan's predicted column."""
+    p = predict(cfg, cluster_of(cfg))
+    return (f"{p.timeline.step_s:.3g} s/step, {p.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
+            f"MFU {p.mfu:.0%}")
+
+
+def describe_prediction(cfg: Config) -> List[str]:
+    """The dry run's lines for `cluster.gpu`."""
+    cluster = cluster_of(cfg)
+    p, hw, ms = predict(cfg, cluster), cluster.hardware, 1e3
+    t = p.timeline
+    between = cluster.host_s("step_host_us")
+    exposed = t.step_s - t.compute_s - t.optimizer_s - between
+    lines = [f"[predict] {hw.name} x {cluster.world} ({cluster.nodes} node(s) of "
+             f"{cluster.gpus_per_node}): {t.step_s:.4g} s a step = compute {t.compute_s:.4g} s "
+             f"+ exposed communication {exposed:.4g} s + optimizer {t.optimizer_s:.4g} s + "
+             f"between steps {between:.4g} s",
+             "[predict] per unit (ms): unit, parameters, all-gather, reduce-scatter, forward, "
+             "backward (per microbatch)"]
+    for name, unit, count in grouped(p.units):
+        lines.append(f"  {name + (f' (x{count})' if count > 1 else ''):<22}{unit.params:>16,}"
+                     + "".join(f"{v * ms:>10.3g}" for v in (unit.allgather_s, unit.reduce_s,
+                                                           unit.forward_s, unit.backward_s)))
+    lines.append(f"[predict] {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+                 f"{p.tflops_per_gpu:,.4g} TFLOP/s/GPU, MFU {p.mfu:.1%}, "
+                 f"{p.memory_gib:.1f} GiB/GPU of {hw.memory_gib:g}")
+    saving = ("cannot be compared" if p.saving_s is None
+              else f"saves {p.saving_s * ms:.3g} ms a step ({p.saving_s / t.step_s:+.1%})")
+    lines.append(f"[predict] fsdp.prefetch_first_param_group=true {saving}: {p.why}")
+    return lines
+
+
+def grouped(units: List[Unit]) -> List[tuple]:
+    """(name, unit, count): runs of alike layers as one row."""
+    rows = []
+    for unit in units:
+        same = rows and rows[-1][0].startswith("layer") and unit.name.startswith("layer") and \
+            replace(rows[-1][1], name=unit.name) == unit
+        if same:
+            first = rows[-1][0].split("-")[0]
+            rows[-1] = (f"{first}-{unit.name.split()[-1]}", rows[-1][1], rows[-1][2] + 1)
+        else:
+            rows.append((unit.name, unit, 1))
+    return rows

@@ -1,0 +1,34 @@
+"""The time model's buckets are Megatron-FSDP's: the dry run's parameter groups
+(launcher.run.predict.parameter_groups, arithmetic on the config) against the groups of the real
+engine built from the same config on one CPU rank, for the CPU twins of the GPT-2, Llama-3 and
+MoE recipes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import compose
+from launcher.run.predict import parameter_groups
+from launcher.run.spawn import free_port
+
+SCRIPT = Path(__file__).with_name("fsdp_groups.py")
+TWINS = {
+    "gpt2": ["+recipe=gpt", "model=tiny", "runtime.device=cpu"],
+    "llama3": ["+recipe=llama3_8b_tiny_cpu", "runtime.nproc_per_node=1"],
+    "moe": ["+recipe=moe_small_tiny_cpu", "runtime.nproc_per_node=1",
+            "parallel.expert_model_parallel_size=1"],
+}
+
+
+@pytest.mark.parametrize("twin", list(TWINS))
+def test_the_predicted_groups_are_the_engines(twin):
+    built = subprocess.run([sys.executable, str(SCRIPT), str(free_port()), *TWINS[twin]],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    engine = json.loads(built.stdout.strip().splitlines()[-1])
+    predicted = [{"params": g.params, "experts": g.experts}
+                 for g in parameter_groups(compose(TWINS[twin]))]
+    assert predicted == engine

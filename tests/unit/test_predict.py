@@ -1,0 +1,158 @@
+"""The dry run's time model (launcher/run/predict.py) against values computed by hand for one
+small model, the hardware files, and the cluster keys' refusals."""
+
+import dataclasses
+
+import pytest
+
+from launcher.cli import compose
+from launcher.config import ConfigError, Hardware, load_hardware
+from launcher.config.cluster import hardware_names
+from launcher.run.predict import Cluster, parameter_groups, predict, simulate, units_of
+
+# The gpt recipe on the tiny GPT (2 layers, hidden 64, 4 heads, sequence 32, vocabulary 128,
+# GELU MLP of 256, LayerNorm, learned positions, tied embeddings), bf16, 2 ranks, global batch 8
+# of microbatches of 2: 2 microbatches a rank.
+TINY = ["+recipe=gpt", "model=tiny", "train.global_batch_size=8", "train.micro_batch_size=2"]
+# Round figures: 1 TFLOP/s, 1 GB/s inside a node of 8, 0.5 GB/s across, 10 us a collective, no
+# host time, the host ahead of the device (a GPU's).
+ROUND = Hardware(name="round", memory_gib=1, tflops={"bf16": 1.0}, matmul_fraction=1.0,
+                 hbm_gbps=1.0, intra_node_gbps=1.0, inter_node_gbps=0.5, latency_us=10.0,
+                 nvlink_domain=8, gpus_per_node=8, layer_host_us=0.0, moe_layer_host_us=None,
+                 step_host_us=0.0,
+                 async_host=True)
+US = 1e-6
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return compose(TINY)
+
+
+def test_the_groups_are_the_embeddings_then_one_per_layer(tiny):
+    groups = parameter_groups(tiny)
+    # word 128 x 64 + positions 32 x 64 + the final LayerNorm's weight and bias
+    assert groups[0].params == 128 * 64 + 32 * 64 + 2 * 64 == 10_368
+    # QKV 64 x 192 + 192, projection 64 x 64 + 64, MLP 64 x 256 + 256 and 256 x 64 + 64, two
+    # LayerNorms of 128: 12 h^2 + 13 h
+    assert [g.params for g in groups[1:]] == [12 * 64**2 + 13 * 64] * 2 == [49_984] * 2
+
+
+def test_each_units_collectives_and_compute_by_hand(tiny):
+    units = units_of(tiny, Cluster(ROUND, 2, 1), "bf16")
+    # all-gather over 2 ranks in bf16: 10 us + 1/2 x params x 2 bytes / 1 GB/s
+    assert units[0].allgather_s == pytest.approx((10 + 10_368 * 1e-3) * US)
+    assert units[1].allgather_s == pytest.approx((10 + 49_984 * 1e-3) * US)
+    # the reduce-scatter in the main gradients' dtype, bf16 (fsdp.main_grads_dtype=auto)
+    assert units[1].reduce_s == units[1].allgather_s
+    # a layer's model FLOPs per token: 6 x (h F ffn + h (q+k+v) + q s + q h) with F = 2,
+    # = 6 x (32768 + 12288 + 2048 + 4096) = 307,200; 64 tokens a microbatch; forward a third
+    assert units[1].forward_s == pytest.approx(307_200 * 64 / 3 * 1e-12)
+    assert units[1].backward_s == pytest.approx(2 * units[1].forward_s)
+    # the logits: 6 x h x V per token
+    assert units[0].forward_s == pytest.approx(6 * 64 * 128 * 64 / 3 * 1e-12)
+
+
+def test_a_step_with_the_switch_off_by_hand(tiny):
+    cluster = Cluster(ROUND, 2, 1)
+    off = simulate(tiny, units_of(tiny, cluster, "bf16"), cluster, prefetch=False)
+    # In us: the first group alone, 20.368, waited; then layers 1 and 2 (59.984 each) back to
+    # back on the channel while the forward waits for each; logits; the backward regathers
+    # 2 then 1 and reduce-scatters 2, 1, then the first group; microbatch 2 likewise, the first
+    # group still gathered. Done when the last reduce-scatter is, at 800.310656; then Adam
+    # over the 55,168-parameter shard at 28 bytes each and 1 GB/s: 1544.704.
+    assert off.first_wait_s == pytest.approx(20.368 * US)
+    assert off.optimizer_s == pytest.approx(1544.704 * US)
+    assert off.step_s == pytest.approx((800.310656 + 1544.704) * US)
+    assert off.tail_s == 0
+
+
+def test_a_step_with_the_switch_on_by_hand(tiny):
+    cluster = Cluster(ROUND, 2, 1)
+    on = simulate(tiny, units_of(tiny, cluster, "bf16"), cluster, prefetch=True)
+    # The prefetch window (at least 5e8 elements) holds every unit: start_param_sync gathered
+    # all three, 140.336 us, and the step's sync point waited for them (a GPU); the forward of
+    # microbatch 1 waits for nothing, and the last reduce-scatter ends at 666.528256.
+    assert on.first_wait_s == 0
+    assert on.tail_s == pytest.approx(140.336 * US)
+    assert on.step_s == pytest.approx((666.528256 + 1544.704 + 140.336) * US)
+
+
+def test_the_prediction_derives_throughput_and_the_switch(tiny):
+    cluster = Cluster(ROUND, 2, 1)
+    p = predict(tiny, cluster)
+    step = (666.528256 + 1544.704 + 140.336) * US
+    assert p.tokens_per_s_per_gpu == pytest.approx(8 * 32 / step / 2)
+    assert p.mfu == pytest.approx(p.tflops_per_gpu / 1.0)
+    # off minus on: on pays the whole window at the sync point, off only the first group
+    # and the first layer's wait: 2345.014656 - 2351.568256
+    assert p.saving_s == pytest.approx(-6.5536 * US)
+    assert "sync point" in p.why
+
+
+def test_a_collective_beyond_the_nvlink_domain_takes_the_nics_bandwidth():
+    within, across = Cluster(ROUND, 8, 1), Cluster(ROUND, 8, 2)
+    assert within.collective_s(1e6, 8) == pytest.approx(10 * US + 7 / 8 * 1e-3)
+    assert across.collective_s(1e6, 16) == pytest.approx(10 * US + 15 / 16 * 2e-3)
+    assert within.collective_s(1e6, 1) == 0
+
+
+def test_ranks_beyond_a_cpus_cores_share_them():
+    cpu = dataclasses.replace(ROUND, cores=2, async_host=False)
+    assert Cluster(cpu, 1, 1).host_share == 1
+    assert Cluster(cpu, 4, 1).host_share == 2
+    assert Cluster(ROUND, 8, 1).host_share == 1  # a GPU's ranks have their own devices
+
+
+def test_a_full_recomputation_repeats_the_forward_in_the_backward():
+    cfg = compose(TINY + ["model.recompute.granularity=full", "model.recompute.method=uniform",
+                          "model.recompute.num_layers=1"])
+    layer = units_of(cfg, Cluster(ROUND, 2, 1), "bf16")[1]
+    assert layer.backward_s == pytest.approx(3 * layer.forward_s)
+
+
+def test_every_hardware_file_loads_with_a_source_for_each_figure():
+    assert {"h100_sxm", "h200_sxm", "b200", "gb200", "cpu_2core"} <= set(hardware_names())
+    for name in hardware_names():
+        hw = load_hardware(name)
+        assert {"bf16"} <= set(hw.tflops), name
+        assert {"tflops", "hbm_gbps", "matmul_fraction"} <= set(hw.sources), name
+        if hw.async_host:  # a GPU: its network's figures too
+            assert {"intra_node_gbps", "inter_node_gbps"} <= set(hw.sources), name
+    assert load_hardware("h100_sxm").tflops["bf16"] == 989  # dense, not the sparse 1,979
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["cluster.gpu=h1000"], r"cluster.gpu=h1000 has no hardware file; pick one of b200, "
+                            r"cpu_2core, gb200, h100_sxm, h200_sxm"),
+    (["cluster.gpu=h100_sxm", "cluster.nodes=8", "runtime.nnodes=4",
+      "runtime.rdzv_endpoint=n:1"], r"cluster.nodes=8 and runtime.nnodes=4 name two worlds"),
+    (["cluster.nodes=0"], r"cluster.nodes=0 must be a positive integer or null"),
+])
+def test_the_cluster_keys_refuse_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        compose(TINY + overrides)
+
+
+def test_the_cluster_takes_the_runtime_sections_world_where_it_names_none():
+    from launcher.run.predict import cluster_of
+
+    cfg = compose(TINY + ["cluster.gpu=h100_sxm", "runtime.nproc_per_node=4"])
+    assert (cluster_of(cfg).gpus_per_node, cluster_of(cfg).nodes) == (4, 1)
+    cfg = compose(TINY + ["cluster.gpu=h100_sxm", "cluster.nodes=8",
+                          "train.global_batch_size=128"])
+    assert cluster_of(cfg).world == 64  # the hardware's 8 a node
+
+
+@pytest.mark.parametrize("overrides", [TINY, ["+recipe=llama3_8b"], ["+recipe=moe_small"],
+                                       ["+recipe=deepseek_v3_proxy"]])
+def test_the_layers_and_logits_add_up_to_megatron_lms_flops(overrides):
+    from launcher.run.estimate import padded_vocab
+    from launcher.run.metrics import flops_per_step
+    from launcher.run.predict import layer_flops, logits_flops
+
+    cfg = compose(overrides)
+    m, microbatches = cfg.model, cfg.train.global_batch_size // cfg.train.micro_batch_size
+    layers = sum(layer_flops(cfg, moe) for moe in m.moe.pattern(m.num_layers))
+    assert (layers + logits_flops(cfg)) * microbatches == pytest.approx(
+        flops_per_step(m, cfg.train.global_batch_size, padded_vocab(cfg)))
