@@ -83,7 +83,7 @@ def predict_runs(folder: str, hardware: str) -> None:
     from omegaconf import OmegaConf
 
     from launcher.cli import register_configs
-    from launcher.config import load_hardware, to_config
+    from launcher.config import Config, load_hardware, to_config
     from launcher.run.predict import Cluster, predict
 
     register_configs()
@@ -97,7 +97,7 @@ def predict_runs(folder: str, hardware: str) -> None:
         metrics = summary.get("metrics") or {}
         if summary.get("status") != "ok" or not metrics.get("step_time_s_p50"):
             continue
-        cfg = to_config(OmegaConf.create(summary["config"]))
+        cfg = to_config(OmegaConf.merge(OmegaConf.structured(Config), summary["config"]))
         world = summary["world_size"]
         p = predict(cfg, Cluster(hw, world, 1))
         measured, wait = metrics["step_time_s_p50"], metrics.get("first_group_wait_s")

@@ -322,7 +322,9 @@ def test_the_time_model_predicts_every_run_of_the_sweep(sweep):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines()
             if line.startswith("| ") and "repeat" in line]
-    assert len(rows) == len(summaries(sweep_dir)) == 6  # 3 valid cells x 2 repeats
+    finished = [p for p in sweep_dir.glob("*/*/*/summary.json")
+                if json.loads(p.read_text())["status"] == "ok"]
+    assert len(rows) == len(finished) >= 6  # 3 valid cells x 2 repeats, and any rerun
     for run, predicted, measured, ratio, *_ in rows:
         assert float(predicted) > 0 and float(measured) > 0
         assert float(ratio) == pytest.approx(float(predicted) / float(measured), rel=0.02)
