@@ -159,19 +159,15 @@ def moe_host_us(figures: dict, ranks: int, host: dict) -> float:
     return round((fastest - modelled) / (8 // (2 * ranks)) / 2 * 1e6, 1)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", metavar="NAME", help="save as hardware/NAME.yaml")
-    parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4],
-                        help="rank counts to measure (the first is the scalars')")
-    parser.add_argument("--layers", nargs="+", type=int, default=[1, 2, 4],
-                        help="layer counts of the calibration model's runs")
-    args = parser.parse_args()
+def measure_machine(ranks: list, layers: list) -> dict:
+    """This machine's hardware figures (a hardware file's fields but `sources`), measured now:
+    the scalars from the first of `ranks`, by_ranks for each; host times from runs of the
+    calibration models with `layers` layers."""
     cores = len(os.sched_getaffinity(0))
     fp32, bf16 = matmul_tflops(torch.float32), matmul_tflops(torch.bfloat16)
     by_ranks = {n: allgather(n) if n > 1 else {"latency_us": 0.0, "intra_node_gbps": 1.0}
-                for n in args.ranks}
-    many = next((n for n in args.ranks if n > 1), args.ranks[0])
+                for n in ranks}
+    many = next((n for n in ranks if n > 1), ranks[0])
     figures = {
         "name": f"this machine's CPU ({cores} cores)",
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
@@ -183,14 +179,25 @@ def main() -> None:
         "async_host": False, "cores": cores,
         "by_ranks": by_ranks,
     }
-    for ranks in args.ranks:
-        host, measured = host_times(figures, ranks, args.layers)
-        by_ranks[ranks].update(host)
-        print(f"# {ranks} rank(s), steady step (layers: ms): "
-              + ", ".join(f"{n}: {s * 1e3:.1f}" for n, s in measured))
-    figures.update({k: by_ranks[args.ranks[0]][k] for k in ("layer_host_us", "moe_layer_host_us",
-                                                            "step_host_us")})
-    text = render(figures)
+    for n in ranks:
+        host, measured = host_times(figures, n, layers)
+        by_ranks[n].update(host)
+        print(f"# {n} rank(s), steady step (layers: ms): "
+              + ", ".join(f"{k}: {s * 1e3:.1f}" for k, s in measured), flush=True)
+    figures.update({k: by_ranks[ranks[0]][k] for k in ("layer_host_us", "moe_layer_host_us",
+                                                       "step_host_us")})
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", metavar="NAME", help="save as hardware/NAME.yaml")
+    parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4],
+                        help="rank counts to measure (the first is the scalars')")
+    parser.add_argument("--layers", nargs="+", type=int, default=[1, 2, 4],
+                        help="layer counts of the calibration model's runs")
+    args = parser.parse_args()
+    text = render(measure_machine(args.ranks, args.layers))
     print(text)
     if args.write:
         (ROOT / "hardware" / f"{args.write}.yaml").write_text(text)

@@ -1,8 +1,10 @@
 """The dry run's time model against measured runs: the CPU twins of the recipes (the gpt recipe
 on the tiny GPT, llama3_8b_tiny_cpu, moe_small_tiny_cpu, all bf16 as their recipes say) on 1, 2
-and 4 ranks, the switch on and off, predicted for this machine's hardware file and then run.
+and 4 ranks, the switch on and off, predicted for this machine as measured in the same
+invocation, and then run.
 
-    .venv/bin/python bench/prediction.py [--repeats 2] [--steps 20] [--hardware cpu_2core]
+    .venv/bin/python bench/prediction.py [--repeats 2] [--steps 20] [--layers 1 2 4]
+                                         [--hardware measure|NAME]
     python bench/prediction.py --runs SWEEP_DIR --hardware auto      (the GPU check's runs)
 
 Runs every cell `--repeats` times, interleaved (each round runs every cell once, in order), and
@@ -13,6 +15,12 @@ first forward's wait for the first group), then per model and rank count the swi
 repeats and steps), and whether the signs agree where the interval excludes zero. Targets: step
 time within 0.75-1.33; the sign right wherever the measured interval excludes zero. Four ranks
 share the machine's two cores: the model slows each rank's host and compute by ranks / cores.
+
+`--hardware measure` (the default): the hardware figures come from bench/calibrate.py's
+measurement, run first in this invocation for the same rank counts (the calibration models with
+`--layers` layers), kept in memory and printed; the baseline is measured in the same run, as
+every benchmark's is, so a machine that has slowed since hardware/cpu_2core.yaml was written
+does not skew the ratios. `--hardware NAME`: the figures of hardware/NAME.yaml.
 
 `--runs DIR`: no run of its own; for every finished run under DIR (a sweep's folder) the same
 ratios, from its summary.json (its resolved config, world, median step time and first-group
@@ -43,13 +51,12 @@ def overrides(model: str, ranks: int, prefetch: bool, steps: int) -> list:
             "train.warmup_steps=4", f"fsdp.prefetch_first_param_group={str(prefetch).lower()}"]
 
 
-def predicted(args: list, hardware: str) -> tuple:
+def predicted(args: list, hardware) -> tuple:
     from launcher.cli import compose
-    from launcher.config import load_hardware
     from launcher.run.predict import Cluster, predict
 
     cfg = compose(args)
-    p = predict(cfg, Cluster(load_hardware(hardware), cfg.runtime.nproc_per_node, 1))
+    p = predict(cfg, Cluster(hardware, cfg.runtime.nproc_per_node, 1))
     return p.timeline.step_s, p.timeline.first_wait_s
 
 
@@ -112,12 +119,16 @@ def main() -> None:
     parser.add_argument("--runs", metavar="DIR", help="predict the finished runs under DIR")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--hardware", default="cpu_2core")
+    parser.add_argument("--hardware", default="measure",
+                        help="measure (calibrate now, the default) or a hardware file's name")
+    parser.add_argument("--layers", nargs="+", type=int, default=[1, 2, 4],
+                        help="layer counts of the calibration models' runs (--hardware measure)")
     parser.add_argument("--models", nargs="*", default=list(TWINS))
     parser.add_argument("--ranks", nargs="*", type=int, default=[1, 2, 4])
     args = parser.parse_args()
     if args.runs:
         return predict_runs(args.runs, args.hardware)
+    hardware = machine(args)
     cells = [(m, r, p) for m in args.models for r in args.ranks for p in (True, False)]
     runs = {cell: [] for cell in cells}
     with tempfile.TemporaryDirectory() as folder:
@@ -125,10 +136,27 @@ def main() -> None:
             for cell in cells:
                 runs[cell].append(measure(overrides(*cell, args.steps), folder))
                 print(f"# round {round_ + 1}: {cell} done", file=sys.stderr, flush=True)
-    report(cells, runs, args)
+    report(cells, runs, args, hardware)
 
 
-def report(cells: list, runs: dict, args) -> None:
+def machine(args):
+    """The Hardware to predict for: measured now (bench/calibrate.py, in memory) or a file's."""
+    from launcher.config import Hardware, load_hardware
+
+    if args.hardware != "measure":
+        return load_hardware(args.hardware)
+    from calibrate import measure_machine  # bench/calibrate.py, beside this script
+
+    figures = measure_machine(sorted(args.ranks), args.layers)
+    print(f"calibrated now: bf16 {figures['tflops']['bf16']} TFLOP/s a core; " + "; ".join(
+        f"{n} rank(s): layer host {f['layer_host_us'] / 1e3:.1f} ms, MoE layer "
+        f"{f['moe_layer_host_us'] / 1e3:.1f} ms, step host {f['step_host_us'] / 1e3:.1f} ms, "
+        f"gloo {f['latency_us'] / 1e3:.2f} ms / {f['intra_node_gbps']} GB/s"
+        for n, f in sorted(figures["by_ranks"].items())) + "\n", flush=True)
+    return Hardware(**figures, sources={})
+
+
+def report(cells: list, runs: dict, args, hardware) -> None:
     from launcher.sweep.stats import difference_ci
 
     ms = 1e3
@@ -137,7 +165,7 @@ def report(cells: list, runs: dict, args) -> None:
     print("|---|---|---|---|---|---|---|---|")
     predictions, ratios = {}, []
     for cell in cells:
-        step, wait = predicted(overrides(*cell, args.steps), args.hardware)
+        step, wait = predicted(overrides(*cell, args.steps), hardware)
         predictions[cell] = step
         measured = statistics.median(t for steps, _ in runs[cell] for t in steps)
         waits = [w for _, ws in runs[cell] for w in ws]

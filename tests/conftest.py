@@ -115,7 +115,7 @@ BENCH = ".venv/bin/python bench/"
 BENCH_SHORT = {"bench/stress.py": ["--runs", "1", "--steps", "3"],
                "bench/calibrate.py": ["--ranks", "1", "--layers", "1", "2"],
                "bench/prediction.py": ["--repeats", "1", "--models", "gpt2", "--ranks", "1",
-                                       "--steps", "6"],
+                                       "--steps", "6", "--layers", "1", "2"],
                "bench/published.py": []}
 
 
