@@ -7,13 +7,17 @@ invocation, and then run.
                                          [--hardware measure|NAME]
     python bench/prediction.py --runs SWEEP_DIR --hardware auto      (the GPU check's runs)
 
-Runs every cell `--repeats` times, interleaved (each round runs every cell once, in order), and
-prints per cell the predicted / measured ratio of the steady-state step time (median of the steps
-after warmup, pooled over the repeats) and of the first group's wait (first_group_wait_s, the
-first forward's wait for the first group), then per model and rank count the switch's saving
-(off minus on): predicted, measured with its 95% interval (launcher.sweep.stats, a bootstrap over
-repeats and steps), and whether the signs agree where the interval excludes zero. Targets: step
-time within 0.75-1.33; the sign right wherever the measured interval excludes zero. Four ranks
+Runs every cell `--repeats` times, interleaved: each round runs every model and rank count once,
+its two switch settings back to back, on first in odd rounds and off first in even ones. Prints
+per cell the predicted / measured ratio of the steady-state step time (median of the steps after
+warmup, pooled over the repeats) and of the first group's wait (first_group_wait_s, the first
+forward's wait for the first group), then per model and rank count the switch's saving (off
+minus on): predicted, measured in pairs (each round's back-to-back runs) with its 95% interval
+(launcher.sweep.stats.paired_difference_ci: the machine's drift between rounds drops out), and
+whether the signs agree where the interval excludes zero. On 1 rank Megatron-FSDP gathers
+nothing and the model predicts a saving of exactly 0: those pairs are the measurement's control
+(the same code twice), whose interval should hold zero. Targets: step time within 0.75-1.33;
+the sign right wherever the measured interval excludes zero. Four ranks
 share the machine's two cores: the model slows each rank's host and compute by ranks / cores.
 
 `--hardware measure` (the default): the hardware figures come from bench/calibrate.py's
@@ -117,7 +121,7 @@ def predict_runs(folder: str, hardware: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", metavar="DIR", help="predict the finished runs under DIR")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--hardware", default="measure",
                         help="measure (calibrate now, the default) or a hardware file's name")
@@ -133,10 +137,15 @@ def main() -> None:
     runs = {cell: [] for cell in cells}
     with tempfile.TemporaryDirectory() as folder:
         for round_ in range(args.repeats):
-            for cell in cells:
+            for cell in cells if round_ % 2 == 0 else paired_backwards(cells):
                 runs[cell].append(measure(overrides(*cell, args.steps), folder))
                 print(f"# round {round_ + 1}: {cell} done", file=sys.stderr, flush=True)
     report(cells, runs, args, hardware)
+
+
+def paired_backwards(cells: list) -> list:
+    """The cells with each (on, off) pair in the other order."""
+    return [cell for i in range(0, len(cells), 2) for cell in (cells[i + 1], cells[i])]
 
 
 def machine(args):
@@ -157,7 +166,7 @@ def machine(args):
 
 
 def report(cells: list, runs: dict, args, hardware) -> None:
-    from launcher.sweep.stats import difference_ci
+    from launcher.sweep.stats import paired_difference_ci
 
     ms = 1e3
     print("| model | ranks | switch | step ms predicted | measured | ratio | first-group wait ms "
@@ -175,21 +184,27 @@ def report(cells: list, runs: dict, args, hardware) -> None:
               f"{measured * ms:.1f} | {step / measured:.2f} | {wait * ms:.2f} | {waited:.2f} |")
     print("\n| model | ranks | saving ms predicted | measured [95% interval] | sign |")
     print("|---|---|---|---|---|")
-    wrong = 0
+    wrong = controls_off = 0
     for model in args.models:
         for ranks in args.ranks:
             on, off = (model, ranks, True), (model, ranks, False)
             saving = predictions[off] - predictions[on]
-            diff, low, high = difference_ci([s for s, _ in runs[off]], [s for s, _ in runs[on]])
+            diff, low, high = paired_difference_ci([s for s, _ in runs[off]],
+                                                   [s for s, _ in runs[on]])
             decided = low > 0 or high < 0
             right = (saving > 0) == (diff > 0)
-            wrong += decided and not right
-            sign = ("right" if right else "WRONG") if decided else "interval holds 0"
+            if saving == 0:  # 1 rank: the same code twice, the measurement's control
+                controls_off += decided
+                sign = "control: EXCLUDES 0" if decided else "control: holds 0"
+            else:
+                wrong += decided and not right
+                sign = ("right" if right else "WRONG") if decided else "interval holds 0"
             print(f"| {model} | {ranks} | {saving * ms:+.2f} | {diff * ms:+.2f} "
                   f"[{low * ms:+.2f}, {high * ms:+.2f}] | {sign} |")
     inside = sum(0.75 <= r <= 1.33 for r in ratios)
     print(f"\nstep_time_within_0.75_1.33={inside}/{len(ratios)} "
-          f"ratios={min(ratios):.2f}..{max(ratios):.2f} wrong_signs={wrong}")
+          f"ratios={min(ratios):.2f}..{max(ratios):.2f} wrong_signs={wrong} "
+          f"controls_excluding_0={controls_off}")
 
 
 if __name__ == "__main__":
