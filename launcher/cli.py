@@ -89,7 +89,8 @@ def dry_run(cfg: Config) -> str:
     from launcher.run.estimate import describe
 
     from launcher.config.cluster import CLUSTER_WORLD
-    from launcher.run.predict import cluster_of, describe_prediction
+    from launcher.run.predict import cluster_of
+    from launcher.run.prediction_text import describe_prediction
 
     world, source = cfg.runtime.world_size, LAUNCH_WORLD
     if cfg.cluster.gpu is not None:  # the world of the cluster predicted for

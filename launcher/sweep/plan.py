@@ -219,7 +219,7 @@ def predicted(cfg) -> str:
     """The cell's predicted step on cluster.gpu, or why there is none; "" without a cluster."""
     if cfg.cluster.gpu is None:
         return ""
-    from launcher.run.predict import short
+    from launcher.run.prediction_text import short
 
     try:
         return short(cfg)
