@@ -63,7 +63,8 @@ def _main(composed: DictConfig) -> None:
         swept = swept_keys(HydraConfig.get().sweep.dir)
     try:
         cfg = to_config(composed)
-        cleared = preflight(cfg, run_dir, swept=swept, here=not cfg.runtime.dry_run)
+        cleared = preflight(cfg, run_dir, swept=swept,
+                            here=not (cfg.runtime.dry_run or cfg.runtime.print_megatron_lm))
     except ConfigError as err:
         return refuse(err, run_dir)
     cfg = cleared.cfg
@@ -106,20 +107,21 @@ def dry_run(cfg: Config) -> str:
 
 
 def megatron_lm_command(cfg: Config) -> str:
-    """`runtime.print_megatron_lm=true`: this run as Megatron-LM's command line, on this machine's
-    device (runtime.device=cuda: a GPU's, here or not) with its installed kernels."""
+    """`runtime.print_megatron_lm=true`: this run as Megatron-LM's command line: a GPU cluster's
+    (runtime.device=cuda, a GPU's cluster.gpu, or a GPU found here; with the kernels
+    cluster.kernels says it has), else this CPU's."""
     from launcher.run import fusions, megatron_lm
-    from launcher.run.support import layer_spec
+    from launcher.run.support import for_gpu, layer_spec, target_kernels
 
-    device = cfg.runtime.device.value
-    if device == "auto":
+    gpu = for_gpu(cfg)
+    if gpu is None:
         import torch
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    on_cpu, spec = device == "cpu", layer_spec(cfg.model)
-    resolved = fusions.resolve(cfg.model, spec, cfg.train.precision, on_cpu,
-                               fusions.Kernels.here())
-    return megatron_lm.command(cfg, resolved, spec, on_cpu, cfg.runtime.world_size)
+        gpu = torch.cuda.is_available()
+    kernels = target_kernels(cfg, gpu)
+    resolved = fusions.resolve(cfg.model, layer_spec(cfg.model, kernels), cfg.train.precision,
+                               not gpu, kernels)
+    return megatron_lm.command(cfg, resolved, not gpu, kernels, cfg.runtime.world_size)
 
 
 def refuse(err: ConfigError, run_dir: str) -> None:

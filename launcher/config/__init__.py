@@ -12,7 +12,7 @@ Every other stage imports it.
 """
 
 from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
-    Activation, CudaGraphImpl, CudaGraphModule, DataKind, Device, FsdpDtype, LayerSpec,
+    Activation, ClusterKernels, CudaGraphImpl, CudaGraphModule, DataKind, Device, FsdpDtype, LayerSpec,
     LrSchedule, Normalization, OuterSharding, PositionEmbedding, Precision, ProfileKind,
     RecomputeGranularity, RecomputeMethod, RecomputeModule, RouterScore, ShardingStrategy,
     TokenDispatcher, WandbMode,

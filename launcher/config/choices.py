@@ -55,6 +55,11 @@ class LayerSpec(str, Enum):
     transformer_engine = "transformer_engine"
 
 
+class ClusterKernels(str, Enum):
+    ngc = "ngc"
+    installed = "installed"
+
+
 class ShardingStrategy(str, Enum):
     no_shard = "no_shard"
     optim = "optim"

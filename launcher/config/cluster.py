@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional
 
+from launcher.config.choices import ClusterKernels
 from launcher.config.error import ConfigError, size_or_null
 
 CLUSTER_WORLD = "cluster.gpus_per_node x cluster.nodes"
@@ -120,6 +121,11 @@ class ClusterConfig:
     """null: runtime.nproc_per_node if set, else the hardware file's gpus_per_node."""
     nodes: Optional[int] = None
     """null: runtime.nnodes if set, else 1."""
+    kernels: ClusterKernels = ClusterKernels.ngc
+    """The cluster's software, for what is printed for it (the Megatron-LM command of a GPU
+    run, the dry run's layer spec and memory): ngc, Transformer Engine and Apex with its CUDA
+    extensions, as NVIDIA's PyTorch containers ship them; installed, what this installation
+    has. A run itself always uses what is installed where it runs."""
 
     def __post_init__(self):
         for key in ("gpus_per_node", "nodes"):

@@ -58,6 +58,18 @@ class Kernels:
                    masked_softmax=_found("scaled_masked_softmax_cuda"),
                    weight_gradient=_found("fused_weight_gradient_mlp_cuda"))
 
+    @classmethod
+    def ngc(cls) -> "Kernels":
+        """What NVIDIA's PyTorch containers ship (Transformer Engine, Apex built with its CUDA
+        extensions): what a GPU cluster running Megatron-LM has (cluster.kernels=ngc)."""
+        return cls(transformer_engine=True, apex=True, masked_softmax=True, weight_gradient=True)
+
+    def lacks(self) -> str:
+        """What of Transformer Engine and Apex is missing, in words ("" for nothing)."""
+        missing = [name for name, found in (("Transformer Engine", self.transformer_engine),
+                                            ("Apex", self.apex)) if not found]
+        return " or ".join(missing)
+
 
 @dataclass(frozen=True)
 class Fusions:

@@ -16,7 +16,7 @@ from launcher.config import (
     Activation, Config, DataKind, FsdpDtype, LayerSpec, Normalization, OuterSharding,
     PositionEmbedding, Precision,
 )
-from launcher.run.fusions import Fusions, no_effect
+from launcher.run.fusions import Fusions, Kernels, no_effect
 
 # fusion key: the flag that turns it off in Megatron-LM (bias_activation: by activation)
 NO_FUSION = {"masked_softmax": "--no-masked-softmax-fusion",
@@ -177,17 +177,20 @@ def train_flags(cfg: Config) -> list:
 
 
 def data_flags(cfg: Config) -> list:
-    """The data, tokenized already: NullTokenizer has the model's vocabulary (it counts its end
-    of document token on top of --vocab-size) and Megatron-LM pads it as the launcher does."""
-    out = ["--tokenizer-type", "NullTokenizer", "--vocab-size", cfg.model.vocab_size - 1]
+    """The data, tokenized already: NullTokenizer has the model's vocabulary (megatron-core
+    0.19.2's takes --vocab-size as the whole vocabulary, its end of document the last id;
+    core/tokenizers/text/libraries/null_tokenizer.py) and Megatron-LM pads it as the launcher
+    does."""
+    out = ["--tokenizer-type", "NullTokenizer", "--vocab-size", cfg.model.vocab_size]
     if cfg.data.kind == DataKind.indexed:
         return out + ["--data-path", *cfg.data.path.split(), "--split", cfg.data.split]
     return out + ["--mock-data"]
 
 
-def notes(cfg: Config) -> List[str]:
-    """What the flags cannot say."""
-    out = []
+def notes(cfg: Config, fusions: Fusions, on_cpu: bool, kernels: Kernels) -> List[str]:
+    """What the flags cannot say, and every flag chosen because of the machine it is printed for
+    rather than the run's settings."""
+    out = machine_notes(cfg, fusions, on_cpu, kernels)
     switch, graphs = cfg.fsdp.prefetch_first_param_group, cfg.cuda_graph.enabled
     if not switch and not graphs:
         out.append(
@@ -202,9 +205,35 @@ def notes(cfg: Config) -> List[str]:
     return out
 
 
-def command(cfg: Config, fusions: Fusions, spec: LayerSpec, on_cpu: bool, world_size: int) -> str:
+def machine_notes(cfg: Config, fusions: Fusions, on_cpu: bool, kernels: Kernels) -> List[str]:
+    """Which machine the command is for, and each flag that comes from it."""
+    if on_cpu:
+        out = ["for a CPU: --distributed-backend gloo --use-cpu-initialization "
+               "--no-gradient-reduce-div-fusion (gloo has no PREMUL_SUM); runtime.device=cuda "
+               "or cluster.gpu=NAME prints a GPU cluster's command"]
+    elif kernels == Kernels.ngc():
+        out = ["for a GPU cluster with NVIDIA's PyTorch container (Transformer Engine, Apex "
+               "and its CUDA extensions; cluster.kernels=ngc): cluster.kernels=installed prints "
+               "the command for what is installed here"
+               + (f" (no {Kernels.here().lacks()})" if Kernels.here().lacks() else "")]
+    else:
+        out = ["for GPUs with what is installed here (cluster.kernels=installed)"
+               + (f": no {kernels.lacks()}" if kernels.lacks() else "")]
+    if cfg.model.layer_spec == LayerSpec.auto and fusions.spec == LayerSpec.local:
+        out.append("--transformer-impl local: model.layer_spec=auto and no Transformer Engine "
+                   "for this command; model.layer_spec=transformer_engine where it is installed")
+    for key, why in fusions.off:
+        flag = NO_FUSION.get(key) or ("--no-bias-swiglu-fusion"
+                                      if cfg.model.activation == Activation.swiglu
+                                      else "--no-bias-gelu-fusion")
+        out.append(f"{flag}: {why}")
+    return out
+
+
+def command(cfg: Config, fusions: Fusions, on_cpu: bool, kernels: Kernels,
+            world_size: int) -> str:
     """The shell command: torchrun over pretrain_gpt.py, one flag per line, and the notes."""
-    args = flags(cfg, fusions, spec, on_cpu)
+    args = flags(cfg, fusions, fusions.spec, on_cpu)
     lines, current = [], []
     for arg in args:
         if arg.startswith("--") and current:
@@ -214,4 +243,4 @@ def command(cfg: Config, fusions: Fusions, spec: LayerSpec, on_cpu: bool, world_
     lines.append(" ".join(shlex.quote(a) for a in current))
     head = f"torchrun --nproc-per-node {world_size} pretrain_gpt.py"
     text = " \\\n    ".join([head] + lines)
-    return "\n".join([f"# {note}" for note in notes(cfg)] + [text])
+    return "\n".join([f"# {note}" for note in notes(cfg, fusions, on_cpu, kernels)] + [text])

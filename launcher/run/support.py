@@ -9,10 +9,11 @@ and no other attention of the GPT specs supports it in 0.19.2.
 """
 
 import importlib.util
+from typing import Optional
 
 from launcher.config import (
-    Config, ConfigError, CudaGraphConfig, CudaGraphImpl, FsdpConfig, LayerSpec, ModelConfig,
-    ParallelConfig, ProfileKind,
+    ClusterKernels, Config, ConfigError, CudaGraphConfig, CudaGraphImpl, Device, FsdpConfig,
+    LayerSpec, ModelConfig, ParallelConfig, ProfileKind,
 )
 from launcher.run.fusions import Kernels, resolve
 
@@ -21,11 +22,32 @@ def transformer_engine_installed() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
 
 
-def layer_spec(model: ModelConfig) -> LayerSpec:
-    """The spec `model.layer_spec` means here: auto is transformer_engine where it is installed."""
+def layer_spec(model: ModelConfig, kernels: Optional[Kernels] = None) -> LayerSpec:
+    """The spec `model.layer_spec` means with `kernels` (default: this installation's): auto is
+    transformer_engine where Transformer Engine is there."""
     if model.layer_spec == LayerSpec.auto:
-        return LayerSpec.transformer_engine if transformer_engine_installed() else LayerSpec.local
+        te = kernels.transformer_engine if kernels else transformer_engine_installed()
+        return LayerSpec.transformer_engine if te else LayerSpec.local
     return LayerSpec(model.layer_spec)
+
+
+def for_gpu(cfg: Config) -> Optional[bool]:
+    """Whether what is printed for `cfg` (its Megatron-LM command, its dry run) is for GPUs:
+    runtime.device=cuda or a GPU's cluster.gpu; False for runtime.device=cpu or a CPU's hardware
+    file; None for runtime.device=auto without cluster.gpu (the device found here decides)."""
+    if cfg.runtime.device != Device.auto:
+        return cfg.runtime.device == Device.cuda
+    if cfg.cluster.gpu is not None:
+        return cfg.cluster.hardware().async_host  # a CPU's file computes on the host
+    return None
+
+
+def target_kernels(cfg: Config, gpu: bool) -> Kernels:
+    """The kernels what is printed for `cfg` assumes: a GPU cluster's (cluster.kernels=ngc:
+    NVIDIA's PyTorch container), or this installation's (a CPU, or cluster.kernels=installed)."""
+    if gpu and cfg.cluster.kernels == ClusterKernels.ngc:
+        return Kernels.ngc()
+    return Kernels.here()
 
 
 def check_support(model: ModelConfig, parallel: ParallelConfig,

@@ -35,7 +35,8 @@ TABLE = Path(__file__).parents[2] / "docs" / "megatron_lm_parity.md"
 # recipe (and overrides): the world it is built for
 CASES = {"gpt": 8, "gpt_1p3b_1gpu_bf16": 1, "llama3_8b": 8, "llama3_70b": 64, "moe_small": 8,
          "deepseek_v3_proxy": 128,
-         "gpt cuda_graph=full_iteration fsdp.prefetch_first_param_group=false": 8}
+         "gpt cuda_graph=full_iteration fsdp.prefetch_first_param_group=false": 8,
+         "gpt fsdp.prefetch_first_param_group=false": 8}
 LAYOUTS = {"transformer_engine": fusions.Kernels(True, False, False, False),
            "local": fusions.Kernels(False, False, False, False)}
 
@@ -126,7 +127,7 @@ def test_configs_are_megatron_lms_but_for_the_listed_fields(case, layout, monkey
 
 def test_every_listed_field_still_differs(monkeypatch):
     seen = set()
-    for case in ("gpt", "moe_small"):
+    for case in ("gpt", "moe_small", "gpt fsdp.prefetch_first_param_group=false"):
         for layout in LAYOUTS:
             with monkeypatch.context() as patch:
                 seen |= set(configs_differ(case, layout, patch))
@@ -170,3 +171,56 @@ def test_print_megatron_lm_prints_a_command_megatron_parses_and_starts_nothing(t
     args = parse_args()
     assert (args.num_layers, args.swiglu, args.bf16, args.hidden_dropout) == (2, True, True, 0.0)
     assert args.distributed_backend == "gloo" and not args.bias_swiglu_fusion
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_the_printed_vocabulary_is_padded_to_the_launchers(tp, monkeypatch):
+    """Megatron-LM's tokenizer and padding (build_tokenizer: NullTokenizer, then
+    vocab_size_with_padding) from the printed flags give the launcher's padded vocabulary, on
+    both sides of each padding boundary (V = k x 128 x TP - 1, + 0, + 1)."""
+    from megatron.core.tokenizers.utils.build_tokenizer import build_tokenizer
+    from megatron.training.arguments import parse_args
+
+    monkeypatch.setenv("RANK", "0")
+    for k in (1, 2, 1002):
+        for vocab in (k * 128 * tp - 1, k * 128 * tp, k * 128 * tp + 1):
+            cfg = with_vocab(make_config("+recipe=gpt", "runtime.nproc_per_node=8",
+                                         f"parallel.tensor_model_parallel_size={tp}",
+                                         f"model.vocab_size={vocab}"))
+            resolved = fusions.resolve(cfg.model, LayerSpec.local, cfg.train.precision, False,
+                                       LAYOUTS["local"])
+            flags = megatron_lm.flags(cfg, resolved, LayerSpec.local, False)
+            monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *flags])
+            args = parse_args()
+            tokenizer = build_tokenizer(args)
+            assert (tokenizer.vocab_size, args.padded_vocab_size) == (
+                vocab, cfg.model.padded_vocab_size(tp)), f"vocabulary {vocab}, TP {tp}"
+
+
+def test_a_gpu_command_is_the_clusters_and_names_what_comes_from_this_machine(tmp_path):
+    """runtime.device=cuda prints what a GPU cluster with NVIDIA's PyTorch container runs
+    (Transformer Engine layers, every fusion on); cluster.kernels=installed prints this
+    installation's, and a `#` line names each flag that comes from it."""
+    from conftest import run_launch
+
+    command = ["+recipe=llama3_8b", "runtime.device=cuda", "runtime.nproc_per_node=8",
+               "runtime.print_megatron_lm=true"]
+    proc, _ = run_launch(tmp_path, *command)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("#")]
+    assert "--transformer-impl transformer_engine" in proc.stdout
+    assert "--no-" not in proc.stdout.replace("# ", "").split("pretrain_gpt.py")[1]
+    assert any("cluster.kernels=ngc" in note for note in notes)
+    here = fusions.Kernels.here()
+    proc, _ = run_launch(tmp_path, *command, "cluster.kernels=installed")
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("#")]
+    flags = proc.stdout.split("pretrain_gpt.py")[1]
+    chosen = [word for word in flags.split() if word.startswith("--no-")]
+    if not here.transformer_engine:
+        assert "--transformer-impl local" in flags
+        chosen.append("--transformer-impl local")
+    if not chosen:
+        pytest.skip("this installation has Transformer Engine and Apex: no flag comes from it")
+    for flag in chosen:
+        assert any(note.startswith(f"# {flag}: ") for note in notes), (flag, notes)
