@@ -213,10 +213,15 @@ class FsdpConfig:
     """Persistent double buffers for the gathered parameters of two FSDP units
     (fsdp_double_buffer); needs optim_grads_params (other strategies gather no FSDP units)."""
     bucket_size: Optional[int] = None
-    """Elements per bucket of the parameters outside the FSDP units (ddp bucket_size): decides
-    the first parameter group, whose bucket holds the embeddings (and an untied output layer and
-    the final norm); a transformer layer is always one group. null, as Megatron-LM's
-    --ddp-bucket-size: they stay one bucket."""
+    """Elements per bucket of the parameters outside the FSDP units (Megatron-LM's
+    --ddp-bucket-size): decides the first parameter group, the bucket that holds the word
+    embeddings (what else fits under the size joins them: position embeddings, the final norm,
+    an untied output layer); a transformer layer is always one group. null, as Megatron-LM's
+    get_model resolves it: max(4e7, 1e6 x the data-parallel size) with
+    fsdp.overlap_grad_reduce (Llama-3 8B: the embeddings alone), else one bucket."""
+    num_buckets: Optional[int] = None
+    """Megatron-LM's --ddp-num-buckets: the bucket size is the model's parameters (this rank's)
+    divided by this; null: fsdp.bucket_size decides. Only one of the two may be set."""
     suggested_communication_unit_size: Optional[int] = None
     """Elements M-FSDP communicates at once: an all-gather prefetches the next buckets until
     half of this much is on its way, and the reduce-scatter queue holds this much. null, as
@@ -245,8 +250,12 @@ class FsdpConfig:
     state is sharded across groups too; needs optim_grads_params inside)."""
 
     def __post_init__(self):
-        for key in ("bucket_size", "suggested_communication_unit_size"):
+        for key in ("bucket_size", "num_buckets", "suggested_communication_unit_size"):
             size_or_null(f"fsdp.{key}", getattr(self, key))
+        if self.bucket_size is not None and self.num_buckets is not None:
+            raise ConfigError(
+                f"fsdp.bucket_size={self.bucket_size} and fsdp.num_buckets={self.num_buckets} "
+                "both size the buckets (Megatron-LM refuses both flags); set one of them to null")
         strategy = ShardingStrategy(self.sharding_strategy)
         # Megatron-FSDP forces these on for the sharded strategies; refuse instead of rewriting.
         if strategy == ShardingStrategy.optim_grads_params and not self.overlap_param_gather:

@@ -122,7 +122,8 @@ def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, train: TrainConfig
         overlap_grad_reduce=fsdp.overlap_grad_reduce,
         overlap_param_gather=fsdp.overlap_param_gather,
         fsdp_double_buffer=fsdp.double_buffer,
-        bucket_size=fsdp.bucket_size,
+        bucket_size=fsdp.bucket_size,  # resolved as Megatron-LM's get_model: build_model
+        num_buckets=fsdp.num_buckets,
         suggested_communication_unit_size=fsdp.suggested_communication_unit_size,
         nccl_ub=fsdp.nccl_ub,
         megatron_fsdp_main_params_dtype=_FSDP_DTYPES[fsdp.main_params_dtype.value],
@@ -210,7 +211,19 @@ def build_model(model: ModelConfig, parallel: ParallelConfig, config: Transforme
                 ddp: DistributedDataParallelConfig, device: torch.device, wrapping_stream
                 ) -> FullyShardedDataParallel:
     """The GPT wrapped in megatron-core's M-FSDP adapter on `wrapping_stream`
-    (launcher.run.graphs.wrapping_stream)."""
+    (launcher.run.graphs.wrapping_stream), with the bucket size Megatron-LM's get_model gives."""
+    gpt = gpt_model(model, parallel, config)
+    resolve_bucket_size(ddp, gpt)
+    with wrapping_stream:
+        wrapped = FullyShardedDataParallel(config, ddp, gpt, device=device)
+    config.finalize_model_grads_func = finalize_model_grads
+    config.no_sync_func = wrapped.no_sync
+    return wrapped
+
+
+def gpt_model(model: ModelConfig, parallel: ParallelConfig, config: TransformerConfig):
+    """The GPT, in Float16Module with bf16 (bf16 weights, fp32 logits), as Megatron-LM's
+    get_model hands it to Megatron-FSDP."""
     gpt = GPTModel(
         config=config,
         transformer_layer_spec=layer_spec_module(model, config),
@@ -219,13 +232,22 @@ def build_model(model: ModelConfig, parallel: ParallelConfig, config: Transforme
         share_embeddings_and_output_weights=not model.untie_embeddings,
         **position_fields(model),
     )
-    if config.bf16:
-        gpt = Float16Module(config, gpt)  # bf16 weights, fp32 logits, as Megatron-LM's get_model
-    with wrapping_stream:
-        wrapped = FullyShardedDataParallel(config, ddp, gpt, device=device)
-    config.finalize_model_grads_func = finalize_model_grads
-    config.no_sync_func = wrapped.no_sync
-    return wrapped
+    return Float16Module(config, gpt) if config.bf16 else gpt
+
+
+def resolve_bucket_size(ddp: DistributedDataParallelConfig, gpt) -> None:
+    """ddp.bucket_size as Megatron-LM's get_model sets it before wrapping (megatron/training/
+    training.py, resolve_ddp_bucket_size: this rank's parameters // fsdp.num_buckets; null,
+    max(4e7, 1e6 x the data-and-context-parallel size); None without overlapped gradient
+    reduction), by megatron's own function. Megatron-FSDP buckets the parameters outside its
+    units (the embeddings, the output layer, the final norm) by it: it decides the first
+    parameter group."""
+    from megatron.training.training import resolve_ddp_bucket_size
+
+    num_parameters = sum(p.nelement() for p in gpt.parameters())
+    ddp.bucket_size = resolve_ddp_bucket_size(
+        ddp, parallel_state.get_data_parallel_group(with_context_parallel=True),
+        ddp.overlap_grad_reduce, num_parameters)
 
 
 def position_fields(model: ModelConfig) -> dict:

@@ -139,6 +139,8 @@ def parallel_flags(cfg: Config) -> list:
         out.append("--use-nccl-ub")
     if f.bucket_size is not None:
         out += ["--ddp-bucket-size", f.bucket_size]
+    if f.num_buckets is not None:
+        out += ["--ddp-num-buckets", f.num_buckets]
     if f.suggested_communication_unit_size is not None:
         out += ["--suggested-communication-unit-size", f.suggested_communication_unit_size]
     if f.main_params_dtype != FsdpDtype.fp32:

@@ -3,9 +3,11 @@ before any rank starts. Arithmetic only, beside the memory estimate (launcher/ru
 
 What it follows (megatron-core 0.19.2's Megatron-FSDP, megatron_fsdp.py and
 param_and_grad_buffer.py):
-- Buckets: the parameters outside the transformer layers (embeddings, an untied output layer,
-  the final norm) are the first parameter group, and each layer is one group (fsdp unit), its
-  routed experts a group of their own over the expert data-parallel ranks. Each collective moves
+- Buckets (launcher/run/layout.py): the parameters outside the transformer layers (embeddings,
+  the final norm, an untied output layer) in buckets of the size Megatron-LM's get_model gives
+  (Llama-3 8B: the embeddings, then the final norm and output layer), the first of them the
+  first parameter group; they stay gathered for the step. Each layer is one group (fsdp unit),
+  its routed experts a group of their own over the expert data-parallel ranks. Each collective moves
   the whole bucket (padding left out): an all-gather in the weights' dtype, a reduce-scatter in
   the main gradients' (fsdp.grad_comm_dtype, else main_grads_dtype, else the weights' dtype).
 - optim_grads_params gathers every layer in the forward and again in the backward (released
@@ -28,7 +30,7 @@ param_and_grad_buffer.py):
   torch.cuda.synchronize waits for the prefetch the switch issued, so on a GPU the switch saves
   only what the first forward would otherwise wait for beyond that; on a CPU (gloo) the host goes
   on, and the prefetch overlaps the host's work between steps (`step_host_us`).
-Left out: padding, fsdp.bucket_size's split of the first group, kernel fusion differences, attention kernels' own efficiency, MoE load
+Left out: padding, kernel fusion differences, attention kernels' own efficiency, MoE load
 imbalance, pipeline / tensor / context parallelism, HSDP's outer reduction, and NCCL's sharing of
 the links between an all-gather and a reduce-scatter in flight together.
 """
@@ -41,7 +43,8 @@ from launcher.config import (
     ShardingStrategy, check_world_size,
 )
 from launcher.config.cluster import CLUSTER_WORLD, Hardware
-from launcher.run.estimate import layer_parameters, memory_per_gpu, outside_layers, padded_vocab
+from launcher.run.estimate import layer_parameters, memory_per_gpu, padded_vocab
+from launcher.run.layout import parameter_groups
 from launcher.run.metrics import flops_per_step
 
 DEFAULT_UNIT = 1e9  # Megatron-FSDP's floor for suggested_communication_unit_size
@@ -83,9 +86,8 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Unit:
-    """One of Megatron-FSDP's fsdp units as a step sees it (the first: the parameters outside
-    the layers, whose compute is the output layer's): its parameters, the seconds of its
-    collectives and of its compute per microbatch."""
+    """One of Megatron-FSDP's fsdp units or buckets as a step sees it: its parameters, the
+    seconds of its collectives and of its compute per microbatch."""
 
     name: str
     params: int
@@ -93,6 +95,9 @@ class Unit:
     reduce_s: float
     forward_s: float
     backward_s: float
+    resident: bool = False
+    """A bucket outside the FSDP units (embeddings, final norm, output layer): gathered once a
+    step and kept; its compute is the logits'."""
 
 
 @dataclass(frozen=True)
@@ -122,31 +127,6 @@ class Prediction:
     """Step time with the switch off minus with it on (positive: on is faster); None where one
     of the two settings cannot run."""
     why: str
-
-
-@dataclass(frozen=True)
-class Group:
-    """One of Megatron-FSDP's parameter groups (optim_grads_params, bucket_size null)."""
-
-    name: str
-    params: int
-    """All of the group's parameters (a routed-experts group: every expert of the layer, which
-    expert parallelism splits)."""
-    experts: bool
-
-
-def parameter_groups(cfg: Config) -> List[Group]:
-    """In Megatron-FSDP's order: the parameters outside the layers, then per layer its own and
-    (an MoE layer) its routed experts' (param_and_grad_buffer.py: _get_parameter_groups groups by
-    dtype, expert or not, and fsdp unit, the transformer layers being the units)."""
-    m = cfg.model
-    groups = [Group("embeddings", outside_layers(m, padded_vocab(cfg)), False)]
-    for index, moe in enumerate(m.moe.pattern(m.num_layers)):
-        layer = layer_parameters(m, moe)
-        groups.append(Group(f"layer {index}", layer.dense, False))
-        if layer.experts:
-            groups.append(Group(f"layer {index} experts", layer.experts, True))
-    return groups
 
 
 def weight_bytes(cfg: Config) -> int:
@@ -180,20 +160,22 @@ def logits_flops(cfg: Config) -> float:
 
 
 def units_of(cfg: Config, cluster: Cluster, math: str) -> List[Unit]:
-    """The step's units in forward order; without fsdp units (strategies other than
-    optim_grads_params) the whole model is one."""
+    """The step's units in Megatron-FSDP's bucket order: the buckets outside the layers
+    (launcher/run/layout.py; the last carries the logits' compute), then the layers; without
+    fsdp units (strategies other than optim_grads_params) the whole model is one."""
     m, ep = cfg.model, cfg.parallel.expert_model_parallel_size
     dp = cluster.world // cfg.parallel.model_parallel_size
-    rate = matmul_rate(cluster, math)
     wb, gb = weight_bytes(cfg), grad_bytes(cfg)
 
     def comm(dense: int, experts: int, per: int) -> float:
         routed = cluster.collective_s(experts / ep * per, dp // ep) if experts else 0.0
         return cluster.collective_s(dense * per, dp) + routed
 
-    first = parameter_groups(cfg)[0].params
-    units = [Unit("embeddings", first, comm(first, 0, wb), comm(first, 0, gb),
-                  logits_flops(cfg) / 3 / rate, logits_flops(cfg) * 2 / 3 / rate)]
+    outside = [g for g in parameter_groups(cfg, dp) if g.unit is None and not g.experts]
+    units = [Unit(g.name, g.params, comm(g.params, 0, wb), comm(g.params, 0, gb), 0.0, 0.0, True)
+             for g in outside]
+    units[-1] = replace(units[-1], forward_s=logits_flops(cfg) / 3 / matmul_rate(cluster, math),
+                        backward_s=logits_flops(cfg) * 2 / 3 / matmul_rate(cluster, math))
     for index, moe in enumerate(m.moe.pattern(m.num_layers)):
         params = layer_parameters(m, moe)
         units.append(Unit(f"layer {index}", params.dense + params.experts // ep,
@@ -245,14 +227,15 @@ def merged(units: List[Unit]) -> Unit:
     unit's latency counts: a small overstatement)."""
     return Unit("all", sum(u.params for u in units), sum(u.allgather_s for u in units),
                 sum(u.reduce_s for u in units), sum(u.forward_s for u in units),
-                sum(u.backward_s for u in units))
+                sum(u.backward_s for u in units), resident=True)
 
 
 def window(units: List[Unit], start: int, step: int, elements: float) -> List[int]:
     """The units one hook gathers: its own, then the next ones (step +1 forward, -1 backward,
-    never the first group) until `elements` are on their way."""
+    never the buckets outside the layers, which stay gathered) until `elements` are on their
+    way."""
     chosen, total, at = [start], units[start].params, start + step
-    while 0 < at < len(units) and total < elements:
+    while 0 <= at < len(units) and not (step < 0 and units[at].resident) and total < elements:
         chosen.append(at)
         total += units[at].params
         at += step
@@ -262,7 +245,7 @@ def window(units: List[Unit], start: int, step: int, elements: float) -> List[in
 def prefetch_elements(cfg: Config, units: List[Unit]) -> float:
     size = cfg.fsdp.suggested_communication_unit_size
     if size is None:
-        layers = [u.params for u in units[1:]] or [0]
+        layers = [u.params for u in units if not u.resident] or [0]
         size = max(DEFAULT_UNIT, 2 * sum(layers) / len(layers))
     return size / 2
 
@@ -309,17 +292,19 @@ def simulate(cfg: Config, units: List[Unit], cluster: Cluster, prefetch: bool) -
         return max(0.0, ready[u] - t)
 
     for microbatch in range(microbatches):
-        for u, unit in enumerate(units):  # forward; the first group's output layer comes last
+        for u, unit in enumerate(units):  # forward; the output layer's logits come last
             wait = gather(u, 1, alone=u == 0) if gathers else 0.0
             first_wait = wait if first_wait is None else first_wait
-            t += wait + (unit.forward_s if u else 0.0)
-            if released and u:
+            t += wait + (0.0 if unit.resident else unit.forward_s)
+            if released and not unit.resident:
                 del ready[u]
-        t += units[0].forward_s + units[0].backward_s  # the logits, forward and backward
+        t += sum(u.forward_s + u.backward_s for u in units if u.resident)  # the logits
         last = microbatch == microbatches - 1
         for u in range(len(units) - 1, -1, -1):  # backward
-            t += (gather(u, -1) if gathers and u else 0.0) + (units[u].backward_s if u else 0.0)
-            if released and u:
+            inside = not units[u].resident
+            t += (gather(u, -1) if gathers and inside else 0.0) + (
+                units[u].backward_s if inside else 0.0)
+            if released and inside:
                 del ready[u]
             if every_microbatch or last:
                 channel.run(t, units[u].reduce_s)

@@ -1,7 +1,8 @@
 """The time model's buckets are Megatron-FSDP's: the dry run's parameter groups
-(launcher.run.predict.parameter_groups, arithmetic on the config) against the groups of the real
+(launcher.run.layout.parameter_groups, arithmetic on the config) against the groups of the real
 engine built from the same config on one CPU rank, for the CPU twins of the GPT-2, Llama-3 and
-MoE recipes."""
+MoE recipes, with Megatron-LM's default bucket size and with one that splits the parameters
+outside the layers."""
 
 import json
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import compose
-from launcher.run.predict import parameter_groups
+from launcher.run.layout import parameter_groups
 from launcher.run.spawn import free_port
 
 SCRIPT = Path(__file__).with_name("fsdp_groups.py")
@@ -20,6 +21,12 @@ TWINS = {
     "llama3": ["+recipe=llama3_8b_tiny_cpu", "runtime.nproc_per_node=1"],
     "moe": ["+recipe=moe_small_tiny_cpu", "runtime.nproc_per_node=1",
             "parallel.expert_model_parallel_size=1"],
+    # 1,000 elements a bucket: the word embeddings, then the final norm with the output layer
+    "llama3 split": ["+recipe=llama3_8b_tiny_cpu", "runtime.nproc_per_node=1",
+                     "fsdp.bucket_size=1000"],
+    "moe split, no units": ["+recipe=moe_small_tiny_cpu", "runtime.nproc_per_node=1",
+                            "parallel.expert_model_parallel_size=1", "fsdp.bucket_size=5000",
+                            "fsdp.sharding_strategy=optim_grads"],
 }
 
 
@@ -30,5 +37,5 @@ def test_the_predicted_groups_are_the_engines(twin):
     assert built.returncode == 0, built.stderr[-2000:]
     engine = json.loads(built.stdout.strip().splitlines()[-1])
     predicted = [{"params": g.params, "experts": g.experts}
-                 for g in parameter_groups(compose(TWINS[twin]))]
+                 for g in parameter_groups(compose(TWINS[twin]), 1)]
     assert predicted == engine

@@ -8,7 +8,8 @@ import pytest
 from launcher.cli import compose
 from launcher.config import ConfigError, Hardware, load_hardware
 from launcher.config.cluster import hardware_names
-from launcher.run.predict import Cluster, parameter_groups, predict, simulate, units_of
+from launcher.run.layout import parameter_groups
+from launcher.run.predict import Cluster, predict, simulate, units_of
 
 # The gpt recipe on the tiny GPT (2 layers, hidden 64, 4 heads, sequence 32, vocabulary 128,
 # GELU MLP of 256, LayerNorm, learned positions, tied embeddings), bf16, 2 ranks, global batch 8
@@ -30,9 +31,12 @@ def tiny():
 
 
 def test_the_groups_are_the_embeddings_then_one_per_layer(tiny):
-    groups = parameter_groups(tiny)
-    # word 128 x 64 + positions 32 x 64 + the final LayerNorm's weight and bias
-    assert groups[0].params == 128 * 64 + 32 * 64 + 2 * 64 == 10_368
+    groups = parameter_groups(tiny, 2)
+    # word 128 x 64 + positions 32 x 64 + the final LayerNorm's weight and bias: under the
+    # 4e7 elements of Megatron-LM's default bucket, one bucket
+    assert (groups[0].name, groups[0].params) == ("embeddings + final norm",
+                                                  128 * 64 + 32 * 64 + 2 * 64) == (
+        "embeddings + final norm", 10_368)
     # QKV 64 x 192 + 192, projection 64 x 64 + 64, MLP 64 x 256 + 256 and 256 x 64 + 64, two
     # LayerNorms of 128: 12 h^2 + 13 h
     assert [g.params for g in groups[1:]] == [12 * 64**2 + 13 * 64] * 2 == [49_984] * 2
@@ -156,3 +160,38 @@ def test_the_layers_and_logits_add_up_to_megatron_lms_flops(overrides):
     layers = sum(layer_flops(cfg, moe) for moe in m.moe.pattern(m.num_layers))
     assert (layers + logits_flops(cfg)) * microbatches == pytest.approx(
         flops_per_step(m, cfg.train.global_batch_size, padded_vocab(cfg)))
+
+
+@pytest.mark.parametrize("dp, size", [(8, 4e7), (64, 6.4e7)])
+def test_the_first_group_of_llama3_is_the_embeddings_alone(dp, size):
+    """Megatron-LM's get_model buckets the parameters outside the layers by max(4e7, 1e6 x dp)
+    elements: Llama-3's 128,256 x 4,096 embeddings fill the first bucket alone, and the final
+    norm and the untied output layer make the second."""
+    from launcher.run.layout import bucket_size
+
+    cfg = compose(["+recipe=llama3_8b"])
+    assert bucket_size(cfg, dp, 8_000_000_000) == size
+    groups = parameter_groups(cfg, dp)
+    assert [(g.name, g.params) for g in groups[:3]] == [
+        ("embeddings", 128_256 * 4096), ("final norm + output layer", 4096 + 128_256 * 4096),
+        ("layer 0", groups[2].params)]
+    assert [g.unit for g in groups[2:]] == list(range(32))
+
+
+def test_the_bucket_keys_split_the_first_group_as_megatron_lms_flags():
+    """fsdp.bucket_size (--ddp-bucket-size) as given; fsdp.num_buckets (--ddp-num-buckets) the
+    parameters divided; no bucket at all without overlapped gradient reduction."""
+    from launcher.run.layout import bucket_size
+
+    small = compose(TINY + ["fsdp.bucket_size=9000"])
+    assert [g.params for g in parameter_groups(small, 2)[:2]] == [128 * 64 + 32 * 64, 2 * 64]
+    assert bucket_size(compose(TINY + ["fsdp.num_buckets=4"]), 2, 1000) == 250
+    no_overlap = compose(TINY + ["fsdp.sharding_strategy=optim", "fsdp.overlap_grad_reduce=false",
+                                 "fsdp.prefetch_first_param_group=false"])
+    assert bucket_size(no_overlap, 2, 1000) is None
+    assert len(parameter_groups(no_overlap, 2)) == 1  # no units, no buckets: the whole model
+
+
+def test_bucket_size_and_num_buckets_together_are_refused():
+    with pytest.raises(ConfigError, match=r"fsdp.bucket_size=100 and fsdp.num_buckets=2 both"):
+        compose(TINY + ["fsdp.bucket_size=100", "fsdp.num_buckets=2"])
