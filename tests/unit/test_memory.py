@@ -71,8 +71,8 @@ def test_a_cuda_graph_keeps_the_optimizers_fp32_copy_of_bf16_gradients():
     for strategy, shards in (("optim_grads_params", 8), ("no_shard", 1)):
         assert graph[strategy]["optimizer"] - eager[strategy]["optimizer"] == \
             pytest.approx(PARAMS * 4 / shards)
-    same = memory_per_gpu(llama("fsdp.prefetch_first_param_group=false", "fsdp.main_grads_dtype=fp32",
-                                "cuda_graph.impl=full_iteration"), 8)
+    same = memory_per_gpu(llama("fsdp.prefetch_first_param_group=false",
+                                "fsdp.main_grads_dtype=fp32", "cuda_graph.impl=full_iteration"), 8)
     assert same["optim_grads_params"]["optimizer"] == eager["optim_grads_params"]["optimizer"]
 
 
