@@ -68,8 +68,10 @@ class TrainConfig:
     on, as Megatron-LM, and off with a CUDA graph (Megatron-LM refuses the check there). The
     loss is always checked before the step."""
     grad_reduce_in_bf16: bool = False
-    """bf16 runs: reduce gradients in bf16 (Megatron-LM --grad-reduce-in-bf16); false reduces
-    them in fp32 (DistributedDataParallelConfig grad_reduce_in_fp32), as Megatron-LM does."""
+    """bf16 runs: Megatron-LM's --grad-reduce-in-bf16, which clears DistributedDataParallelConfig
+    grad_reduce_in_fp32. Megatron-FSDP (megatron-core 0.19.2) does not read that field: it keeps
+    and reduces gradients in fsdp.main_grads_dtype / fsdp.grad_comm_dtype (auto: bf16 for bf16
+    weights), so this key changes nothing here; fsdp.main_grads_dtype=fp32 reduces in fp32."""
     inject_nan_at_step: Optional[int] = None
     """A test hook: make the loss non-finite at this step, to see the NaN guard stop the run."""
     eval_interval: int = 0

@@ -17,8 +17,9 @@ environment a run needs, checked and set before any rank starts (`environment.py
 installation can build (`support.py`: Transformer Engine, the layer spec, context parallelism,
 grouped GEMM, MoE in graphs; `fusions.py`: the fused kernels a run uses); the run as Megatron-LM's
 command line (`megatron_lm.py`); and the dry-run estimate (`estimate.py`: the same arithmetic,
-without torch). It may import `config`, `data` and `files`, never `sweep`.
+without torch; `fit.py`: whether its memory fits the cluster's GPU, and the cheapest change that
+does). It may import `config`, `data` and `files`, never `sweep`.
 torch and megatron are imported inside the modules that train, never by `ranks`, `failures`,
-`metrics`, `estimate`, `environment`, `preflight`, `support`, `fusions`, `megatron_lm`, `resume` or
+`metrics`, `estimate`, `fit`, `environment`, `preflight`, `support`, `fusions`, `megatron_lm`, `resume` or
 `crashes`.
 """

@@ -135,7 +135,8 @@ def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, train: TrainConfig
         # gloo has no PREMUL_SUM, so the fused divide-in-reduce is a NCCL-only option.
         gradient_reduce_div_fusion=not on_cpu,
         check_for_nan_in_grad=train.nan_grad_check(cuda_graph.enabled),
-        # Megatron-LM reduces bf16 gradients in fp32 unless --grad-reduce-in-bf16 (arguments.py)
+        # As Megatron-LM sets it for bf16 (arguments.py); Megatron-FSDP reads only the
+        # megatron_fsdp_*_dtype fields above (estimate.gradient_dtypes says what they give)
         grad_reduce_in_fp32=train.precision == Precision.bf16 and not train.grad_reduce_in_bf16,
     )
 

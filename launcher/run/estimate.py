@@ -15,28 +15,37 @@ Memory per GPU, as Megatron-FSDP holds it (dp = data-parallel size; experts are 
 expert data-parallel group, dp / expert-parallel size, each rank holding experts / ep of them):
 - model weights: 2 bytes/parameter in bf16, 4 in fp32; sharded by optim_grads_params;
 - main (fp32) parameters: 4 bytes/parameter in bf16 (in fp32 the weights are the main ones);
-- gradients (fp32 main grads): 4 bytes/parameter; sharded by optim_grads and up;
+- gradients: the main-gradient buffer, in the dtype gradient_dtypes says (bf16 weights: bf16
+  unless fsdp.main_grads_dtype=fp32); sharded by optim_grads and up; with a CUDA graph
+  (megatron_fsdp_cuda_graph_mode) a main-gradient dtype other than the main weights' also keeps
+  the optimizer's cast copy of the local shard (param_and_grad_buffer.py zero_grad_buffer);
 - Adam moments: 8 bytes/parameter; main parameters and moments sharded by optim and up;
   HSDP (fsdp.num_distributed_optimizer_instances = n) shards inside a group of dp / n ranks,
   and across the n groups too for what outer_dp_sharding_strategy=optim shards (the optimizer
   state and main parameters);
-- activations of one microbatch (no recomputation, unfused attention), per layer
-  s*b*h*(34 + 5*a*s/h) bytes in 16-bit (Korthikanti et al. 2022, table 2), twice in fp32,
-  plus the fp32 logits s*b*V*4, of which the loss keeps a copy. Full recomputation keeps the
+- activations of one microbatch, per layer s*b*h*(34 + 5*a*s/h) bytes in 16-bit (Korthikanti
+  et al. 2022, table 2, no recomputation), twice in fp32, plus the fp32 logits s*b*V*4, of which
+  the loss keeps a copy. The 5*a*s/h term is the s x s attention scores, which only the local
+  layer spec's attention keeps: Transformer Engine's fused attention (the transformer_engine
+  spec) keeps none, nor does selective recomputation of core_attn. Full recomputation keeps the
   input of each recomputed chunk (2*s*b*h in 16-bit; uniform: chunks of num_layers layers;
   block: the first num_layers layers one by one) and one chunk's activations while it is
-  recomputed; selective recomputation of core_attn drops the 5*a*s/h term (the scores).
-A sharded strategy also holds the unsharded weights of the layers in flight, and an MoE layer
-the tokens dispatched to its experts; both are left out.
+  recomputed.
+A sharded strategy also holds the unsharded weights of the layers in flight and their gradient
+buckets, an MoE layer the tokens dispatched to its experts, and a gradient communication dtype
+other than the main gradients' its cast buckets; all are left out.
 """
 
 from dataclasses import dataclass
+from typing import Optional
 
 from launcher.config import (
-    Activation, Config, ModelConfig, Normalization, OuterSharding, PositionEmbedding, Precision,
-    RecomputeGranularity, RecomputeMethod, RecomputeModule, ShardingStrategy,
+    Activation, Config, FsdpDtype, LayerSpec, ModelConfig, Normalization, OuterSharding,
+    PositionEmbedding, Precision, RecomputeGranularity, RecomputeMethod, RecomputeModule,
+    ShardingStrategy,
 )
 from launcher.run.metrics import flops_per_step
+from launcher.run.support import for_gpu, layer_spec, target_kernels
 
 MIB = 2**20
 
@@ -112,20 +121,58 @@ def layer_parameters(model: ModelConfig, moe: int) -> Parameters:
                       spec.router_topk * expert)
 
 
-def memory_per_gpu(cfg: Config, dp: int) -> dict:
-    """{strategy: {part: bytes}} for one GPU (model parallelism leaves the dense sizes
-    undivided: the launcher's recipes use tp = pp = cp = 1)."""
+@dataclass(frozen=True)
+class GradientDtypes:
+    """The dtypes Megatron-FSDP keeps and reduces gradients in (megatron-core 0.19.2)."""
+
+    main: FsdpDtype
+    """The main-gradient buffer's: fsdp.main_grads_dtype, auto being the weights' dtype
+    (param_and_grad_buffer.py _resolve_group_grad_dtype)."""
+    comm: FsdpDtype
+    """The reduce-scatter's: fsdp.grad_comm_dtype, auto being the main gradients' (grad_dtype_fn
+    there). Megatron-LM's grad_reduce_in_fp32 does not reach Megatron-FSDP: its adapter reads only
+    the megatron_fsdp_*_dtype fields (mcore_fsdp_adapter.py MixedPrecisionPolicy)."""
+
+    @property
+    def main_bytes(self) -> int:
+        return 2 if self.main == FsdpDtype.bf16 else 4
+
+    @property
+    def comm_bytes(self) -> int:
+        return 2 if self.comm == FsdpDtype.bf16 else 4
+
+
+def gradient_dtypes(cfg: Config) -> GradientDtypes:
+    """What the run's Megatron-FSDP keeps and reduces gradients in; the time model and the
+    memory table both read it."""
+    main = FsdpDtype(cfg.fsdp.main_grads_dtype)
+    if main == FsdpDtype.auto:
+        main = FsdpDtype(Precision(cfg.train.precision).value)
+    comm = FsdpDtype(cfg.fsdp.grad_comm_dtype)
+    return GradientDtypes(main, main if comm == FsdpDtype.auto else comm)
+
+
+def memory_spec(cfg: Config) -> LayerSpec:
+    """The layer spec the memory is estimated for: the cluster's (cluster.gpu or
+    runtime.device=cuda with cluster.kernels=ngc: Transformer Engine's where model.layer_spec is
+    auto), else this installation's."""
+    return layer_spec(cfg.model, target_kernels(cfg, bool(for_gpu(cfg))))
+
+
+def memory_per_gpu(cfg: Config, dp: int, spec: Optional[LayerSpec] = None) -> dict:
+    """{strategy: {part: bytes}} for one GPU with `spec` (default memory_spec's); model
+    parallelism leaves the dense sizes undivided: the launcher's recipes use tp = pp = cp = 1."""
     params = num_parameters(cfg.model, padded_vocab(cfg))
     ep = cfg.parallel.expert_model_parallel_size
     bf16 = cfg.train.precision == Precision.bf16
-    per_param = {"weights": 2 if bf16 else 4, "main_params": 4 if bf16 else 0, "gradients": 4,
-                 "optimizer": 8}
+    per_param = {"weights": 2 if bf16 else 4, "main_params": 4 if bf16 else 0,
+                 "gradients": gradient_dtypes(cfg).main_bytes, "optimizer": 8 + cast_copy(cfg)}
     sharded = {ShardingStrategy.no_shard: (),
                ShardingStrategy.optim: ("main_params", "optimizer"),
                ShardingStrategy.optim_grads: ("main_params", "optimizer", "gradients"),
                ShardingStrategy.optim_grads_params: ("main_params", "optimizer", "gradients",
                                                      "weights")}
-    acts = activation_bytes(cfg)
+    acts = activation_bytes(cfg, spec or memory_spec(cfg))
     result = {}
     for strategy, which in sharded.items():
         parts = {}
@@ -135,6 +182,19 @@ def memory_per_gpu(cfg: Config, dp: int) -> dict:
             parts[part] = dense + experts
         result[strategy.value] = {**parts, "activations": acts}
     return result
+
+
+def cast_copy(cfg: Config) -> int:
+    """Bytes per parameter of the optimizer's shard that a CUDA graph keeps as the main
+    gradients cast to the main weights' dtype (megatron_fsdp_cuda_graph_mode does not
+    dereference it, param_and_grad_buffer.py zero_grad_buffer); counted with the optimizer state,
+    which is sharded the same way."""
+    main_params = FsdpDtype(cfg.fsdp.main_params_dtype)
+    if not cfg.cuda_graph.enabled or main_params == FsdpDtype.auto:
+        return 0
+    if gradient_dtypes(cfg).main == main_params:
+        return 0
+    return 2 if main_params == FsdpDtype.bf16 else 4
 
 
 def shards(cfg: Config, part: str, sharded: tuple, group: int) -> int:
@@ -147,15 +207,17 @@ def shards(cfg: Config, part: str, sharded: tuple, group: int) -> int:
     return group if across else max(group // instances, 1)
 
 
-def activation_bytes(cfg: Config) -> float:
+def activation_bytes(cfg: Config, spec: LayerSpec) -> float:
+    """One microbatch's activations with `spec` (see the module's docstring)."""
     m, b = cfg.model, cfg.train.micro_batch_size
     s, h, a = m.seq_length, m.hidden_size, m.num_attention_heads
     width = 1 if cfg.train.precision == Precision.bf16 else 2
     recompute = m.recompute
     scores = 5 * a * s / h
-    if (recompute.granularity == RecomputeGranularity.selective
+    if spec == LayerSpec.transformer_engine or (
+            recompute.granularity == RecomputeGranularity.selective
             and RecomputeModule.core_attn in recompute.modules):
-        scores = 0
+        scores = 0  # fused attention keeps no s x s scores; nor does recomputing them
     per_layer = s * b * h * (34 + scores) * width
     layers = m.num_layers * per_layer
     if recompute.granularity == RecomputeGranularity.full:
@@ -184,8 +246,8 @@ def describe(cfg: Config, world_size: int, dp: int, note: str = "") -> str:
              + (f", expert-parallel {cfg.parallel.expert_model_parallel_size}"
                 if m.moe.enabled else "")
              + f", {t.precision.value}",
-             "[dry run] memory per GPU (MiB): strategy, weights, main params, gradients, "
-             "optimizer, activations, total"]
+             f"[dry run] memory per GPU (MiB) for the {spec_text(memory_spec(cfg))}: "
+             "strategy, weights, main params, gradients, optimizer, activations, total"]
     for strategy, parts in memory_per_gpu(cfg, dp).items():
         mark = " <- this run" if strategy == cfg.fsdp.sharding_strategy.value else ""
         values = [parts[k] / MIB for k in ("weights", "main_params", "gradients", "optimizer",
@@ -195,3 +257,10 @@ def describe(cfg: Config, world_size: int, dp: int, note: str = "") -> str:
     lines += [f"[dry run] {note}"] if note else []
     lines.append("[dry run] nothing started")
     return "\n".join(lines)
+
+
+def spec_text(spec: LayerSpec) -> str:
+    """The layer spec as the memory line names it, with what decides its attention's memory."""
+    if spec == LayerSpec.transformer_engine:
+        return "transformer_engine layer spec (fused attention, no s x s scores)"
+    return f"{spec.value} layer spec (its attention keeps the s x s scores)"

@@ -39,11 +39,11 @@ from dataclasses import dataclass, replace
 from typing import List, Optional
 
 from launcher.config import (
-    Activation, Config, ConfigError, CudaGraphImpl, FsdpDtype, Precision, RecomputeGranularity,
+    Activation, Config, ConfigError, CudaGraphImpl, Precision, RecomputeGranularity,
     ShardingStrategy, check_world_size,
 )
 from launcher.config.cluster import CLUSTER_WORLD, Hardware
-from launcher.run.estimate import layer_parameters, memory_per_gpu, padded_vocab
+from launcher.run.estimate import gradient_dtypes, layer_parameters, memory_per_gpu, padded_vocab
 from launcher.run.layout import parameter_groups
 from launcher.run.metrics import flops_per_step
 
@@ -134,11 +134,8 @@ def weight_bytes(cfg: Config) -> int:
 
 
 def grad_bytes(cfg: Config) -> int:
-    """The reduce-scatter's dtype: grad_comm_dtype, else main_grads_dtype, else the weights'."""
-    for dtype in (cfg.fsdp.grad_comm_dtype, cfg.fsdp.main_grads_dtype):
-        if FsdpDtype(dtype) != FsdpDtype.auto:
-            return 2 if FsdpDtype(dtype) == FsdpDtype.bf16 else 4
-    return weight_bytes(cfg)
+    """Bytes a gradient element takes in the reduce-scatter (estimate.gradient_dtypes)."""
+    return gradient_dtypes(cfg).comm_bytes
 
 
 def layer_flops(cfg: Config, moe: int) -> float:

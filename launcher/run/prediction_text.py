@@ -5,14 +5,19 @@ from dataclasses import replace
 from typing import List
 
 from launcher.config import Config
+from launcher.run.fit import fit
 from launcher.run.predict import Unit, cluster_of, predict
 
 
 def short(cfg: Config) -> str:
     """A sweep plan's predicted column."""
-    p = predict(cfg, cluster_of(cfg))
+    cluster = cluster_of(cfg)
+    p, verdict = predict(cfg, cluster), fit(cfg, cluster)
+    memory = (f"{verdict.memory_gib:.0f} GiB" if verdict.fits else
+              f"DOES NOT FIT: {verdict.memory_gib:.0f} GiB of {verdict.capacity_gib:g}"
+              + (f", fits with {verdict.change.overrides}" if verdict.change else ""))
     return (f"{p.timeline.step_s:.3g} s/step, {p.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
-            f"MFU {p.mfu:.0%}")
+            f"MFU {p.mfu:.0%}, {memory}")
 
 
 def describe_prediction(cfg: Config) -> List[str]:
@@ -33,8 +38,8 @@ def describe_prediction(cfg: Config) -> List[str]:
                      + "".join(f"{v * ms:>10.3g}" for v in (unit.allgather_s, unit.reduce_s,
                                                            unit.forward_s, unit.backward_s)))
     lines.append(f"[predict] {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
-                 f"{p.tflops_per_gpu:,.4g} TFLOP/s/GPU, MFU {p.mfu:.1%}, "
-                 f"{p.memory_gib:.1f} GiB/GPU of {hw.memory_gib:g}")
+                 f"{p.tflops_per_gpu:,.4g} TFLOP/s/GPU, MFU {p.mfu:.1%}, memory per GPU "
+                 f"{fit(cfg, cluster).text()}")
     saving = ("cannot be compared" if p.saving_s is None
               else f"saves {p.saving_s * ms:.3g} ms a step ({p.saving_s / t.step_s:+.1%})")
     lines.append(f"[predict] fsdp.prefetch_first_param_group=true {saving}: {p.why}")

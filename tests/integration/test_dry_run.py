@@ -61,6 +61,34 @@ def test_a_dry_run_on_a_named_cluster_predicts_the_step(tmp_path):
     assert out.rstrip().endswith("[dry run] nothing started")
 
 
+LLAMA_8B_H100 = ["+recipe=llama3_8b", "cluster.gpu=h100_sxm", "runtime.nproc_per_node=8",
+                 "runtime.dry_run=true"]
+
+
+def test_the_8b_recipe_on_h100s_is_estimated_for_the_clusters_fused_attention(tmp_path):
+    dry = launch(*LLAMA_8B_H100, cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert ("[dry run] memory per GPU (MiB) for the transformer_engine layer spec (fused "
+            "attention, no s x s scores)") in dry.stdout
+    assert "MFU 78.9%, memory per GPU 56.8 GiB of 80: fits\n" in dry.stdout
+    local = launch(*LLAMA_8B_H100, "model.layer_spec=local", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert "for the local layer spec (its attention keeps the s x s scores)" in local.stdout
+    assert ("memory per GPU 376.8 GiB of 80: does not fit; the cheapest change that fits: "
+            "model.recompute.granularity=selective (56.8 GiB, ") in local.stdout
+
+
+def test_a_sweeps_plan_marks_the_cells_that_do_not_fit(tmp_path):
+    proc = launch("-m", *LLAMA_8B_H100, "model.layer_spec=auto,local",
+                  f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cells = {line.split()[1]: line for line in proc.stdout.splitlines()
+             if re.match(r"  [0-9a-f]{10}  ", line)}
+    assert "MFU 79%, 57 GiB  " in cells["auto"] and "FIT" not in cells["auto"]
+    assert ("MFU 79%, DOES NOT FIT: 377 GiB of 80, fits with "
+            "model.recompute.granularity=selective") in cells["local"]
+
+
 def test_a_run_that_does_not_fit_the_clusters_world_is_refused_in_one_line(tmp_path):
     dry = launch("+recipe=llama3_70b", "cluster.gpu=h100_sxm", "cluster.nodes=3",
                  "runtime.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}")

@@ -66,7 +66,9 @@ def test_nan_in_grad_check_maps_to_megatron_check_for_nan_in_grad():
                             True).check_for_nan_in_grad is False
 
 
-def test_bf16_gradients_are_reduced_in_fp32_as_megatron_lm_does():
+def test_grad_reduce_in_fp32_is_set_as_megatron_lm_sets_it():
+    """The DDP config's field, as Megatron-LM's get_megatron_ddp_config fills it; Megatron-FSDP
+    does not read it (tests/distributed/test_grad_dtypes.py shows what it reduces in)."""
     bf16 = TrainConfig(precision=Precision.bf16)
     assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), bf16, True).grad_reduce_in_fp32
     in_bf16 = TrainConfig(precision=Precision.bf16, grad_reduce_in_bf16=True)

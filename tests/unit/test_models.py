@@ -6,7 +6,7 @@ import pytest
 
 from conftest import make_config as make
 from launcher.run.preflight import with_vocab
-from launcher.config import CudaGraphConfig, ConfigError, check_world_size
+from launcher.config import CudaGraphConfig, ConfigError, LayerSpec, check_world_size
 from launcher.run.estimate import num_parameters, padded_vocab
 from launcher.run.metrics import flops_per_step
 from launcher.run.support import check_support
@@ -145,8 +145,9 @@ def test_hsdp_and_experts_shard_the_estimate():
 def test_recomputation_shows_the_activation_memory_it_saves():
     from launcher.run.estimate import activation_bytes
 
-    def activations(*overrides):
-        return activation_bytes(with_vocab(make("+recipe=llama3_70b", *overrides)))
+    def activations(*overrides):  # the local spec: its attention keeps the s x s scores
+        return activation_bytes(with_vocab(make("+recipe=llama3_70b", *overrides)),
+                                LayerSpec.local)
 
     full = activations()  # the recipe: full, uniform, one layer a chunk
     none = activations("model.recompute.granularity=null", "model.recompute.method=null",

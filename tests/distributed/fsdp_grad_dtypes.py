@@ -1,0 +1,43 @@
+"""Prints, as JSON, the gradient dtypes of the real Megatron-FSDP that `launch OVERRIDES` builds
+on one CPU rank: each parameter group's main-gradient buffer dtype, and the dtype its
+reduce-scatter moves (the adapter's MixedPrecisionPolicy.grad_comm_dtype, else the group's
+gradient dtype: param_and_grad_buffer.py's grad_dtype_fn). Used by
+tests/distributed/test_grad_dtypes.py; run as `python fsdp_grad_dtypes.py PORT OVERRIDE...`."""
+
+import json
+import os
+import sys
+
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+from launcher.run import cpu_compat, gloo  # noqa: E402
+
+cpu_compat.activate()
+gloo.use_one_worker_per_group()
+
+import torch  # noqa: E402
+
+from launcher.cli import compose  # noqa: E402
+from launcher.run import build  # noqa: E402
+
+NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def main() -> None:
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}",
+                                         rank=0, world_size=1)
+    cfg = compose(sys.argv[2:])
+    build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
+                        cfg.train.seed, 600, graph_safe_rng=False)
+    model, _, _ = build.build_all(cfg, on_cpu=True)
+    buffers = model.param_and_grad_buffer
+    comm = model.mp_policy.grad_comm_dtype
+    groups = [{"main_grads": NAMES[group.main_grad_buffer.data.dtype],
+               "comm": NAMES[comm or group.grad_dtype]}
+              for group in buffers.parameter_groups]
+    print(json.dumps(groups))
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
