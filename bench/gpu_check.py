@@ -16,7 +16,9 @@ from the image (its stand-in), then the same install and stages, a tiny CPU swee
 Stages: [rehearse: wheels, image] install, imports, gpu_tests, sweep, report, prediction (the
 dry run's time model for each of the sweep's runs, predicted / measured), anchors,
 fusions_off (the anchors' cell with every fusion off: with the anchors' launch run at the
-defaults, the fusions-on/off pair; the screen prints both and their ratio). OUT (the
+defaults, the fusions-on/off pair; the screen prints both and their ratio), fp8 (the cell with
+train.fp8.format=hybrid, where the imports found Transformer Engine and a GPU; skipped, saying
+so, elsewhere: a skip for a missing requirement does not fail the check). OUT (the
 device tool's $OUT where set) receives at most 7 files: gpu_check.json (every stage, what the
 imports found), results.md and report.html (the sweep's), anchors.json, summary.txt (the screen
 printed last) and logs.tar.gz (each stage's output, the sweep's and the anchors' logs).
@@ -46,6 +48,9 @@ GPU_CELL = ["+recipe=gpt_1p3b_1gpu_bf16"]  # the sweep's baseline: prefetch on, 
 FUSIONS_OFF = [f"model.fusions.{key}=false" for key in (
     "masked_softmax", "bias_activation", "bias_dropout", "rope", "gradient_accumulation",
     "persist_layer_norm")]
+# One FP8 cell: the same cell with Megatron-LM's --fp8-format hybrid and its default recipe,
+# delayed (the one every Transformer Engine runs); only where Transformer Engine is installed.
+FP8 = ["train.fp8.format=hybrid"]
 
 # Imports the machine's stack and says what it found, one JSON line.
 PROBE = """
@@ -68,6 +73,10 @@ class Stage:
     timeout_s: int
     needs: List[str] = field(default_factory=list)
     always: bool = False  # runs even when a stage it needs did not pass (the report)
+    requires: List[tuple] = field(default_factory=list)
+    """(key of the imports stage's findings, what lacks) that must be found true, else the stage
+    is skipped with that reason, and the check still passes (an optional tier)."""
+    unmet: str = ""  # the requirement it was skipped for
     status: str = "pending"
     seconds: float = 0.0
     output: str = ""
@@ -98,8 +107,12 @@ def run_stages(stages: List[Stage], env: dict) -> bool:
     done = {}
     for stage in stages:
         missing = [n for n in stage.needs if done.get(n) != "ok"]
+        found = (probe_result(stages) or {}) if stage.requires else {}
+        stage.unmet = next((why for key, why in stage.requires if not found.get(key)), "")
         if missing and not stage.always:
             stage.status = f"skipped (needs {', '.join(missing)})"
+        elif stage.unmet:
+            stage.status = f"skipped ({stage.unmet})"
         else:
             print(f"[gpu_check] {stage.name}: running (limit {stage.timeout_s} s)", flush=True)
             run_stage(stage, env)
@@ -108,7 +121,7 @@ def run_stages(stages: List[Stage], env: dict) -> bool:
                 print(tail, flush=True)
         done[stage.name] = stage.status
         print(f"[gpu_check] {stage.name}: {stage.status} ({stage.seconds:.0f} s)", flush=True)
-    return all(s.status == "ok" for s in stages)
+    return all(s.status == "ok" or s.unmet for s in stages)
 
 
 def install_stages(args, python: str) -> List[Stage]:
@@ -157,6 +170,11 @@ def check_stages(args, python: str, bin_dir: Path, work: Path, needs: List[str])
                               "logging.wandb.mode=disabled",
                               f"hydra.run.dir={work / 'fusions_off'}"],
               args.fusions_timeout, ["imports"]),
+        Stage("fp8", [str(bin_dir / "launch"), *cell, *FP8, "logging.wandb.mode=disabled",
+                      f"hydra.run.dir={work / 'fp8'}"], args.fp8_timeout, ["imports"],
+              requires=[("gpu", "no GPU here: FP8 runs on one"),
+                        ("transformer_engine", "Transformer Engine is not installed here: "
+                                               "FP8 GEMMs are its")]),
     ]
 
 
@@ -173,6 +191,25 @@ def fusions_pair(work: Path) -> Optional[str]:
     return (f"[gpu_check] fusions: at their defaults {on:.0f} tokens/s/GPU (the anchors' launch "
             f"run; its log's start line names any left off), all off {off:.0f}: "
             f"on/off {on / off:.3f}")
+
+
+def fp8_pair(work: Path) -> Optional[str]:
+    """The FP8 line: the fp8 stage's run against the anchors' launch run of the same cell in
+    bf16, tokens/s/GPU and MFU (each against its own dtype's peak)."""
+    anchors, fp8 = work / "anchors" / "anchors.json", work / "fp8" / "summary.json"
+    if not (anchors.exists() and fp8.exists()):
+        return None
+    bf16 = json.loads(anchors.read_text())["runs"].get("launch", {})
+    fp8 = json.loads(fp8.read_text()).get("metrics", {})
+    if not (bf16.get("tokens_per_s_per_gpu") and fp8.get("tokens_per_s_per_gpu")):
+        return None
+    def mfu(run: dict) -> str:
+        return "unknown" if run.get("mfu") is None else f"{run['mfu']:.1%}"
+
+    return (f"[gpu_check] fp8 (hybrid, delayed): {fp8['tokens_per_s_per_gpu']:.0f} "
+            f"tokens/s/GPU, MFU {mfu(fp8)} of the fp8 peak; bf16 (the anchors' launch run) "
+            f"{bf16['tokens_per_s_per_gpu']:.0f}, MFU {mfu(bf16)} of the bf16 peak: fp8/bf16 "
+            f"{fp8['tokens_per_s_per_gpu'] / bf16['tokens_per_s_per_gpu']:.3f}")
 
 
 def stage_env(args, bin_dir: Path) -> dict:
@@ -222,9 +259,9 @@ def collect(stages: List[Stage], work: Path, out: Path, passed: bool, rehearse: 
     anchors = next((s for s in stages if s.name == "anchors"), None)
     if anchors and anchors.output:
         lines += [l for l in anchors.output.splitlines() if l.startswith(("|", "anchors on"))]
-    pair = fusions_pair(work)
-    if pair:
-        lines.append(pair)
+    for pair in (fusions_pair(work), fp8_pair(work)):
+        if pair:
+            lines.append(pair)
     lines.append(f"[gpu_check] {'all stages passed' if passed else 'NOT all stages passed'}; "
                  f"files in {out}")
     screen = "\n".join(lines)
@@ -248,11 +285,13 @@ def main(argv=None) -> int:
     # On the GPU the limits add up to 590 s, within the 10 minutes a device call may take:
     # install 45, imports 30, GPU tier 150 (12 runs of the tiny GPT), sweep 150 (3 runs of the
     # 1.3B GPT), report 20, anchors 135 (the 1.3B cell by launch, bare_loop and Megatron-LM's
-    # loop), fusions_off 60 (the 1.3B cell once more).
+    # loop), fusions_off 60 (the 1.3B cell once more). fp8 (60, the cell in FP8) runs only where
+    # Transformer Engine is installed, and brings the sum to 650 s: there, lower another limit.
     parser.add_argument("--tests-timeout", type=int, default=150)
     parser.add_argument("--sweep-timeout", type=int, default=150)
     parser.add_argument("--anchors-timeout", type=int, default=135)
     parser.add_argument("--fusions-timeout", type=int, default=60)
+    parser.add_argument("--fp8-timeout", type=int, default=60)
     args = parser.parse_args(argv)
     args.wheels = str(Path(args.wheels).resolve())
     work = Path(args.work).resolve()

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.run import ranks
 from launcher.run.preflight import preflight
-from launcher.run.support import check_support
+from launcher.run.support import check_fp8_support, check_support
 from launcher.config import LAUNCH_WORLD, Config, ConfigError, check_world_size, to_config
 
 _exit_code = [0]  # set by a run; a sweep exits with its own code, Hydra's errors with 1
@@ -98,6 +98,7 @@ def dry_run(cfg: Config) -> str:
         world, source = cluster_of(cfg).world, CLUSTER_WORLD
     try:
         check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
+        check_fp8_support(cfg.train.fp8)
         here = ""
     except ConfigError as err:
         here = f"here the run would be refused: {err}"

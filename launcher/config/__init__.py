@@ -12,8 +12,9 @@ Every other stage imports it.
 """
 
 from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
-    Activation, ClusterKernels, CudaGraphImpl, CudaGraphModule, DataKind, Device, FsdpDtype, LayerSpec,
-    LrSchedule, Normalization, OuterSharding, PositionEmbedding, Precision, ProfileKind,
+    Activation, ClusterKernels, CudaGraphImpl, CudaGraphModule, DataKind, Device, Fp8Format,
+    Fp8Recipe, FsdpDtype, LayerSpec, LrSchedule, Normalization, OuterSharding, PositionEmbedding,
+    Precision, ProfileKind,
     RecomputeGranularity, RecomputeMethod, RecomputeModule, RouterScore, ShardingStrategy,
     TokenDispatcher, WandbMode,
 )
@@ -24,6 +25,7 @@ from launcher.config.schema import (  # noqa: F401
 from launcher.config.error import ConfigError  # noqa: F401
 from launcher.config.cluster import ClusterConfig, Hardware, load_hardware  # noqa: F401
 from launcher.config.fusions import FusionsConfig  # noqa: F401
+from launcher.config.fp8 import Fp8Config  # noqa: F401
 from launcher.config.layers import MoeConfig, RecomputeConfig  # noqa: F401
 from launcher.config.profile import ProfileConfig  # noqa: F401
 from launcher.config.model import (  # noqa: F401

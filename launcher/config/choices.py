@@ -103,6 +103,24 @@ class Precision(str, Enum):
     fp32 = "fp32"
 
 
+class Fp8Format(str, Enum):
+    """TransformerConfig.fp8 (Megatron-LM --fp8-format): e4m3 everywhere, or hybrid (e4m3
+    forward, e5m2 for the gradients)."""
+
+    e4m3 = "e4m3"
+    hybrid = "hybrid"
+
+
+class Fp8Recipe(str, Enum):
+    """TransformerConfig.fp8_recipe (Megatron-LM --fp8-recipe), megatron-core 0.19.2's recipes
+    but `custom` (a Python import path, which a config does not hold)."""
+
+    delayed = "delayed"
+    tensorwise = "tensorwise"
+    blockwise = "blockwise"
+    mxfp8 = "mxfp8"
+
+
 class LrSchedule(str, Enum):
     constant = "constant"
     linear = "linear"

@@ -82,6 +82,8 @@ TABLE = (
     Dependency(("train.min_lr",), "train.lr_schedule",
                lambda c: c.train.lr_schedule != LrSchedule.constant,
                "train.lr_schedule=cosine or linear"),
+    Dependency(("train.fp8.recipe", "train.fp8.param_gather"), "train.fp8.format",
+               lambda c: c.train.fp8.enabled, "train.fp8.format=e4m3 or hybrid"),
     Dependency(("train.grad_reduce_in_bf16",), "train.precision",
                lambda c: c.train.precision == Precision.bf16, "train.precision=bf16"),
     Dependency(("train.checkpoint.dir",), "train.checkpoint.interval",

@@ -13,6 +13,7 @@ from enum import Enum
 from launcher.config.choices import CudaGraphImpl, DataKind, FsdpDtype, Precision
 from launcher.config.cluster import ClusterConfig
 from launcher.config.error import ConfigError
+from launcher.config.fp8 import check_fp8
 from launcher.config.model import CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig
 from launcher.config.profile import ProfileConfig
 from launcher.config.sections import (
@@ -65,6 +66,7 @@ class Config:
         if self.cluster.gpu is not None:
             self.cluster.world(self.runtime.nproc_per_node, self.runtime.nnodes)
         self._check_main_params()
+        check_fp8(self.train.fp8, Precision(self.train.precision), self.model, self.fsdp)
         self._check_experts()
         self._check_hparams()
         self._check_profile_window()

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 from launcher.config.choices import DataKind, Device, LrSchedule, Precision, WandbMode
 
 from launcher.config.error import ConfigError, positive, size_or_null, text_or_null
+from launcher.config.fp8 import Fp8Config
 
 
 @dataclass
@@ -80,6 +81,14 @@ class TrainConfig:
     """Global batches of validation data per evaluation."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Saving and resuming."""
+    fp8: Fp8Config = field(default_factory=Fp8Config)
+    """FP8 GEMMs (Transformer Engine), as Megatron-LM's --fp8-* flags."""
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The dtype the GEMMs run in, the peak MFU is measured against: fp8 with
+        train.fp8.format set, else train.precision."""
+        return "fp8" if self.fp8.enabled else Precision(self.precision).value
 
     def nan_grad_check(self, cuda_graph: bool) -> bool:
         """check_for_nan_in_grad: train.check_nan_in_grad, where null is on without a graph."""

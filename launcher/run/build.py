@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from megatron.core import parallel_state, tensor_parallel
 from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+from megatron.core.fp8_utils import correct_amax_history_if_needed
 from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import (
@@ -25,7 +26,7 @@ from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.module import Float16Module
 
 from launcher.config import (
-    Activation, Config, CudaGraphConfig, FsdpConfig, LayerSpec, ModelConfig, MoeConfig,
+    Activation, Config, CudaGraphConfig, Fp8Config, FsdpConfig, LayerSpec, ModelConfig, MoeConfig,
     ParallelConfig, Precision, RecomputeConfig, TrainConfig,
 )
 from launcher.run.fusions import Fusions
@@ -61,6 +62,7 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
         expert_model_parallel_size=parallel.expert_model_parallel_size,
         **moe_fields(model.moe, model.num_layers),
         **recompute_fields(model.recompute),
+        **fp8_fields(train.fp8),
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
         pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
@@ -96,6 +98,16 @@ def moe_fields(moe: MoeConfig, num_layers: int) -> dict:
         moe_router_score_function=moe.router_score_function.value,
         moe_grouped_gemm=moe.grouped_gemm,
     )
+
+
+def fp8_fields(fp8: Fp8Config) -> dict:
+    """train.fp8 as TransformerConfig's fields, as Megatron-LM's core_transformer_config_from_args
+    sets them from --fp8-format, --fp8-recipe and --fp8-param-gather (argument_utils.py:
+    fp8_param from fp8_param_gather); none without FP8, where megatron-core's defaults are
+    Megatron-LM's."""
+    if not fp8.enabled:
+        return {}
+    return dict(fp8=fp8.format.value, fp8_recipe=fp8.recipe.value, fp8_param=fp8.param_gather)
 
 
 def recompute_fields(recompute: RecomputeConfig) -> dict:
@@ -138,6 +150,7 @@ def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, train: TrainConfig
         # As Megatron-LM sets it for bf16 (arguments.py); Megatron-FSDP reads only the
         # megatron_fsdp_*_dtype fields above (estimate.gradient_dtypes says what they give)
         grad_reduce_in_fp32=train.precision == Precision.bf16 and not train.grad_reduce_in_bf16,
+        fp8_param_gather=train.fp8.param_gather,  # --fp8-param-gather sets this field too
     )
 
 
@@ -154,6 +167,8 @@ def optimizer_config(train: TrainConfig, fsdp: FsdpConfig) -> OptimizerConfig:
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
         use_distributed_optimizer=True,
         overlap_param_gather=fsdp.overlap_param_gather,  # as Megatron-LM's --overlap-param-gather
+        # Megatron-LM passes --fp8-recipe whether FP8 is on or not; None says "no FP8" plainly
+        fp8_recipe=train.fp8.recipe.value if train.fp8.enabled else None,
     )
 
 
@@ -233,7 +248,11 @@ def gpt_model(model: ModelConfig, parallel: ParallelConfig, config: TransformerC
         share_embeddings_and_output_weights=not model.untie_embeddings,
         **position_fields(model),
     )
-    return Float16Module(config, gpt) if config.bf16 else gpt
+    if config.bf16:
+        gpt = Float16Module(config, gpt)  # bf16 weights, fp32 logits, as Megatron-LM's get_model
+    if config.fp8:  # as get_model: before TE 2.0, .bfloat16() wrote FP8 weights' amax history
+        correct_amax_history_if_needed([gpt])
+    return gpt
 
 
 def resolve_bucket_size(ddp: DistributedDataParallelConfig, gpt) -> None:

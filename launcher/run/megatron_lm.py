@@ -13,7 +13,7 @@ import shlex
 from typing import List
 
 from launcher.config import (
-    Activation, Config, DataKind, FsdpDtype, LayerSpec, Normalization, OuterSharding,
+    Activation, Config, DataKind, Fp8Config, FsdpDtype, LayerSpec, Normalization, OuterSharding,
     PositionEmbedding, Precision,
 )
 from launcher.run.fusions import Fusions, Kernels, no_effect
@@ -175,6 +175,17 @@ def train_flags(cfg: Config) -> list:
             out.append("--grad-reduce-in-bf16")
     if not t.nan_grad_check(cfg.cuda_graph.enabled):
         out.append("--no-check-for-nan-in-loss-and-grad")
+    return out + fp8_flags(t.fp8)
+
+
+def fp8_flags(fp8: Fp8Config) -> list:
+    """train.fp8 as --fp8-format, --fp8-recipe (written even at its default, delayed: the recipe
+    is what a reader of an FP8 command looks for) and --fp8-param-gather."""
+    if not fp8.enabled:
+        return []
+    out = ["--fp8-format", fp8.format.value, "--fp8-recipe", fp8.recipe.value]
+    if fp8.param_gather:
+        out.append("--fp8-param-gather")
     return out
 
 

@@ -321,10 +321,10 @@ def optimizer_s(cfg: Config, units: List[Unit], cluster: Cluster) -> float:
     return nbytes / (cluster.hardware.hbm_gbps * 1e9) * cluster.host_share
 
 
-def predict(cfg: Config, cluster: Cluster, math: Optional[str] = None) -> Prediction:
-    """The step of `cfg` on `cluster`; `math`: the matmul dtype (default: the run's precision;
-    fp8 for a paper comparison with an FP8 row)."""
-    math = math or Precision(cfg.train.precision).value
+def predict(cfg: Config, cluster: Cluster) -> Prediction:
+    """The step of `cfg` on `cluster`, its GEMMs in the run's matmul dtype (fp8 with
+    train.fp8.format set, else train.precision), its MFU against that dtype's peak."""
+    math = cfg.train.matmul_dtype
     units = units_of(cfg, cluster, math)
     prefetch = cfg.fsdp.prefetch_first_param_group
     timeline = simulate(cfg, units, cluster, prefetch)

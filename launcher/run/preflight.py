@@ -18,7 +18,7 @@ from launcher.config.effect import check_effect
 from launcher.run import ranks, resume
 from launcher.run.environment import run_environment
 from launcher.run.outputs import check_folders, check_wandb_login
-from launcher.run.support import check_device, check_support
+from launcher.run.support import check_device, check_fp8_support, check_support
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]
     check_login(cfg)
     if here:
         check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
+        check_fp8_support(cfg.train.fp8)
         if cfg.runtime.device == Device.cpu:  # auto: known where the ranks start (spawn.py)
             check_device(cfg, "cpu")
     starts = 1 if ranks.external_starter() else (cfg.runtime.nproc_per_node or 1)

@@ -60,7 +60,7 @@ class Rates:
            device_name: Optional[str]) -> "Rates":
         flops = metrics.flops_per_step(model, train.global_batch_size, padded_vocab)
         return cls(train.global_batch_size * model.seq_length, flops,
-                   metrics.peak_flops(device_name, train.precision.value), world_size)
+                   metrics.peak_flops(device_name, train.matmul_dtype), world_size)
 
     def tokens_per_s(self, seconds: float) -> float:
         return metrics.tokens_per_s_per_gpu(self.tokens_per_step, seconds, self.world_size)

@@ -8,18 +8,61 @@ Context parallelism needs Transformer Engine attention: megatron-core's own DotP
 and no other attention of the GPT specs supports it in 0.19.2.
 """
 
+import importlib.metadata
 import importlib.util
-from typing import Optional
+import re
+from typing import Optional, Tuple
 
 from launcher.config import (
-    ClusterKernels, Config, ConfigError, CudaGraphConfig, CudaGraphImpl, Device, FsdpConfig,
-    LayerSpec, ModelConfig, ParallelConfig, ProfileKind,
+    ClusterKernels, Config, ConfigError, CudaGraphConfig, CudaGraphImpl, Device, Fp8Config,
+    Fp8Recipe, FsdpConfig, LayerSpec, ModelConfig, ParallelConfig, ProfileKind,
 )
 from launcher.run.fusions import Kernels, resolve
 
 
 def transformer_engine_installed() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
+
+
+def transformer_engine_version() -> Optional[Tuple[int, ...]]:
+    """The installed Transformer Engine's (major, minor, patch) from its package metadata (no
+    import: it imports torch); None where no distribution says (a source build may not)."""
+    for name in ("transformer_engine", "transformer-engine", "transformer_engine_torch"):
+        try:
+            return tuple(int(n) for n in re.findall(r"\d+", importlib.metadata.version(name))[:3])
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+# the oldest Transformer Engine megatron-core 0.19.2 runs each with (core/fp8_utils.py
+# get_fp8_recipe; Megatron-FSDP's FP8 parameters: _quantize_param_shard_impl)
+FP8_RECIPE_MIN_TE = {Fp8Recipe.tensorwise: (2, 2), Fp8Recipe.blockwise: (2, 3),
+                     Fp8Recipe.mxfp8: (2, 1)}
+FP8_PARAM_GATHER_MIN_TE = (2, 3)
+
+
+def check_fp8_support(fp8: Fp8Config) -> None:
+    """Raises ConfigError where this installation cannot train train.fp8: without Transformer
+    Engine megatron-core's FP8 context is a no-op (fp8_utils.get_fp8_context), and the run would
+    train in bf16 under an FP8 label."""
+    if not fp8.enabled:
+        return
+    if not transformer_engine_installed():
+        raise ConfigError(
+            f"train.fp8.format={fp8.format.value} needs Transformer Engine (its FP8 GEMMs; "
+            "without it megatron-core trains in bf16), which is not installed; install "
+            "Transformer Engine, or set train.fp8.format=null")
+    version = transformer_engine_version()
+    needs = [(f"train.fp8.recipe={fp8.recipe.value}", FP8_RECIPE_MIN_TE.get(fp8.recipe))]
+    if fp8.param_gather:
+        needs.append(("train.fp8.param_gather=true", FP8_PARAM_GATHER_MIN_TE))
+    for what, minimum in needs:
+        if minimum and version is not None and version < minimum:
+            raise ConfigError(
+                f"{what} needs Transformer Engine >= {'.'.join(map(str, minimum))} "
+                f"(megatron-core fp8_utils.py), and {'.'.join(map(str, version))} is installed; "
+                f"upgrade it, or change {what.split('=')[0]}")
 
 
 def layer_spec(model: ModelConfig, kernels: Optional[Kernels] = None) -> LayerSpec:

@@ -1,6 +1,7 @@
 """A catalogue of bad input, each a command a user could type: exit code 2, one line on stderr
 naming the key and the fix, no traceback, and nothing half-written."""
 
+import importlib.util
 import json
 import os
 import re
@@ -33,6 +34,7 @@ CATALOGUE = [
     (["cuda_graph.modules=[atn]"], "expected one of [attn, mlp"),
     (["runtime.device=tpu"], "set runtime.device to one of those"),
     (["train.precision=fp8"], "set train.precision to one of those"),
+    (["train.fp8.format=e5m2"], "set train.fp8.format to one of those"),
     # missing recipe or option, bad command-line syntax
     (["+recipe=nope"], "recipe=nope: no such option in `recipe`; pick one of: "
                        "deepseek_v3_proxy,"),
@@ -70,6 +72,13 @@ CATALOGUE = [
     (["+recipe=gpt", "fsdp.main_params_dtype=bf16"],
      "set fsdp.main_params_dtype=fp32, or train.grad_clip=0"),
     (["fsdp.grad_comm_dtype=fp16"], "set fsdp.grad_comm_dtype to one of those"),
+    # FP8 where it cannot act (tiny_cpu is fp32), or where Megatron-FSDP cannot keep FP8 weights
+    (["train.fp8.format=hybrid"], "and train.precision=fp32; set train.precision=bf16"),
+    (["+recipe=gpt", "train.fp8.format=hybrid", "train.fp8.param_gather=true",
+      "fsdp.sharding_strategy=optim", "fsdp.prefetch_first_param_group=false"],
+     "set fsdp.sharding_strategy=optim_grads_params, or train.fp8.param_gather=false"),
+    (["train.fp8.recipe=mxfp8"], "train.fp8.recipe=mxfp8 has no effect with "
+                                 "train.fp8.format=null; set train.fp8.format=e4m3 or hybrid"),
     # a profiling window outside the run, on no rank of it, or needing a GPU on a CPU
     (["+recipe=tiny_cpu", "profile=torch", "profile.steps=[19,25]"],
      "profile.steps=[19, 25] lies outside the run's steps 1..20; set profile.steps"),
@@ -263,6 +272,18 @@ def test_cuda_asked_for_on_a_machine_without_it(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: runtime.device=cuda but no CUDA device is visible; set runtime.device=cpu or auto"]
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_fp8_without_transformer_engine_is_refused_before_any_rank(tmp_path):
+    if importlib.util.find_spec("transformer_engine") is not None:
+        pytest.skip("Transformer Engine is installed here")
+    proc, run_dir = refuse(tmp_path, ["+recipe=gpt", "model=tiny", "train.fp8.format=hybrid"])
+    assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "error: train.fp8.format=hybrid needs Transformer Engine (its FP8 GEMMs; without it "
+        "megatron-core trains in bf16), which is not installed; install Transformer Engine, or "
+        "set train.fp8.format=null"]
+    assert "Traceback" not in proc.stdout and not (run_dir / "summary.json").exists()
 
 
 @pytest.fixture(scope="module")

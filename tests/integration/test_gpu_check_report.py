@@ -30,7 +30,8 @@ def test_a_sweep_cut_short_still_gets_its_report(tmp_path):
     assert status == {"imports": "ok", "gpu_tests": "ok", "sweep": "timeout (after 20 s)",
                       "report": "ok", "prediction": "skipped (needs sweep)",
                       "anchors": "timeout (after 3 s)",
-                      "fusions_off": "timeout (after 3 s)"}
+                      "fusions_off": "timeout (after 3 s)",
+                      "fp8": "skipped (no GPU here: FP8 runs on one)"}
     assert record["found"]["megatron_core"] and record["found"]["gpu"] is None
     assert record["found"]["apex"] is False and record["found"]["transformer_engine"] is False
     assert sorted(p.name for p in out.iterdir()) == [
@@ -40,4 +41,5 @@ def test_a_sweep_cut_short_still_gets_its_report(tmp_path):
     with tarfile.open(out / "logs.tar.gz") as tar:
         assert "stages/sweep.log" in tar.getnames()
     assert "[gpu_check] sweep: timeout (after 20 s)" in proc.stdout
+    assert "[gpu_check] fp8: skipped (no GPU here: FP8 runs on one)" in proc.stdout
     assert "NOT all stages passed" in proc.stdout

@@ -8,8 +8,8 @@ if not torch.cuda.is_available():  # on a CUDA machine megatron imports as it is
     cpu_compat.activate()
 from launcher.run import build  # noqa: E402  (imports megatron after the CPU layer)
 from launcher.config import (  # noqa: E402
-    CudaGraphConfig, CudaGraphImpl, FsdpConfig, FsdpDtype, LayerSpec, ModelConfig, ParallelConfig,
-    Precision, TrainConfig,
+    CudaGraphConfig, CudaGraphImpl, Fp8Config, Fp8Format, Fp8Recipe, FsdpConfig, FsdpDtype,
+    LayerSpec, ModelConfig, ParallelConfig, Precision, TrainConfig,
 )
 from launcher.run.fusions import Fusions  # noqa: E402
 
@@ -127,3 +127,23 @@ def test_hsdp_keys_reach_the_ddp_config():
     assert ddp.outer_dp_sharding_strategy == "optim"
     assert build.ddp_config(FsdpConfig(), CudaGraphConfig(), TrainConfig(), True) \
         .outer_dp_sharding_strategy == "no_shard"
+
+
+def test_fp8_keys_reach_megatron_as_megatron_lms_fp8_flags_set_them():
+    """--fp8-format/--fp8-recipe: TransformerConfig.fp8/fp8_recipe (and OptimizerConfig's);
+    --fp8-param-gather: TransformerConfig.fp8_param and the DDP config's fp8_param_gather."""
+    fp8 = Fp8Config(Fp8Format.hybrid, Fp8Recipe.tensorwise, param_gather=True)
+    train = TrainConfig(fp8=fp8)
+    tc = build.transformer_config(ModelConfig(layer_spec=LayerSpec.transformer_engine),
+                                  ParallelConfig(), CudaGraphConfig(), train, NO_FUSIONS,
+                                  on_cpu=False)
+    assert (tc.fp8, tc.fp8_recipe, tc.fp8_param) == ("hybrid", "tensorwise", True)
+    ddp = build.ddp_config(FsdpConfig(), CudaGraphConfig(), train, on_cpu=False)
+    assert ddp.fp8_param_gather is True
+    assert build.optimizer_config(train, FsdpConfig()).fp8_recipe == "tensorwise"
+    off = build.transformer_config(ModelConfig(), ParallelConfig(), CudaGraphConfig(),
+                                   TrainConfig(), NO_FUSIONS, on_cpu=True)
+    assert off.fp8 is None and not off.fp8_param  # megatron-core's defaults, Megatron-LM's too
+    assert build.optimizer_config(TrainConfig(), FsdpConfig()).fp8_recipe is None
+    assert not build.ddp_config(FsdpConfig(), CudaGraphConfig(), TrainConfig(),
+                                on_cpu=True).fp8_param_gather
