@@ -173,8 +173,8 @@ def test_preflight_refuses_a_runtime_layout_the_launcher_will_not_give():
     plan = plan_for("hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
                     "runtime.nproc_per_node=4", "~sweep.baseline.fsdp", "~sweep.baseline.cuda_graph")
     assert {c.reason for c in plan.cells if "cannot be captured" not in c.reason} == {
-        "runtime.nproc_per_node=4, but submitit started 2 (hydra.launcher.nodes x "
-        "hydra.launcher.tasks_per_node); set runtime.nproc_per_node=2 or null"}
+        "runtime.nproc_per_node=4 and hydra.launcher.tasks_per_node=2 name two worlds; set "
+        "runtime.nproc_per_node=2 or null"}
 
 
 def test_a_cell_with_no_steady_state_step_is_refused_in_preflight():
