@@ -117,7 +117,7 @@ def dry_run(cfg: Config, world: World, recipe: Optional[str] = None) -> str:
     dp = check_world_size(cfg, world.size, world.source)
     lines = describe(cfg, world.size, dp, here).splitlines()
     predicted = describe_prediction(cfg, world) if cfg.cluster.gpu is not None else []
-    note = recipe_note(cfg.cluster, world, recipe)
+    note = recipe_note(cfg.runtime, cfg.cluster, world, recipe)
     return "\n".join(lines[:-1] + predicted + ([note] if note else [])
                      + lines[-1:])  # "nothing started" last
 

@@ -94,24 +94,31 @@ def agreed(stated: List[Stated], number: str, key: str) -> tuple:
     return (getattr(first, number), getattr(first, key)) if first else (None, "")
 
 
-def recipe_note(cluster: ClusterConfig, world: World, recipe: Optional[str]) -> str:
+def recipe_note(runtime: RuntimeConfig, cluster: ClusterConfig, world: World,
+                recipe: Optional[str]) -> str:
     """The dry run's line where the recipe is written for another world size (cluster.recipe_*;
     the same GPUs in other nodes, 64 GB200s as 16 x 4, are the recipe's), with the keys that
-    give it; "" where they agree or the recipe names no world."""
+    give it: those that decided this world; "" where they agree or the recipe names no world."""
     per_node, nodes = cluster.recipe_gpus_per_node, cluster.recipe_nodes or 1
     if per_node is None or per_node * nodes == world.size:
         return ""
     meant = (f"one {per_node}-GPU node" if nodes == 1
              else f"{nodes} nodes of {per_node} GPUs ({per_node * nodes} GPUs)")
-    fix = [f"runtime.nproc_per_node={per_node}"] if per_node != world.per_node else []
+    fix, other = [], []
+    if per_node != world.per_node:
+        fix.append(f"{world.per_node_key}={per_node}")
+        if cluster.gpu is None and runtime.nproc_per_node is None and \
+                cluster.gpus_per_node is None:  # a named cluster's node would give it
+            other.append(f"cluster.gpu={gpu_with(per_node)}")
     if nodes != world.nodes:
-        fix += [f"runtime.nnodes={nodes}", "runtime.rdzv_endpoint=HOST:PORT"]
-    predict = ([f"cluster.gpu={gpu_with(per_node)}"] if cluster.gpu is None else []) \
-        + ([f"cluster.nodes={nodes}"] if nodes != world.nodes else [])
+        fix.append(f"{world.nodes_key}={nodes}")
+        if world.nodes_key == "runtime.nnodes":
+            fix.append("runtime.rdzv_endpoint=HOST:PORT")
+            other += [f"cluster.nodes={nodes}"] if runtime.nnodes is None else []
     name = f"recipes/{recipe}.yaml" if recipe else "the recipe"
     return (f"[dry run] {name} is written for {meant}; this dry run is for world {world.size} "
             f"({world.source}): set {' '.join(fix)}"
-            + (f" (or name its cluster: {' '.join(predict)})" if predict else ""))
+            + (f" (or name its cluster: {' '.join(other)})" if other else ""))
 
 
 def gpu_with(per_node: int) -> str:

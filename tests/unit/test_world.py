@@ -119,22 +119,33 @@ def test_a_run_launch_starts_on_several_nodes_needs_a_rendezvous():
     assert preflight(dry, None, here=False).world.size == 2  # a dry run plans it
 
 
-@pytest.mark.parametrize("cluster, world, expected", [
+@pytest.mark.parametrize("cluster, runtime, expected", [
     (ClusterConfig(recipe_gpus_per_node=8), RuntimeConfig(),
      "[dry run] recipes/llama3_8b.yaml is written for one 8-GPU node; this dry run is for world 1 "
      "(runtime.nproc_per_node x runtime.nnodes): set runtime.nproc_per_node=8 (or name its "
      "cluster: cluster.gpu=h100_sxm)"),
+    (ClusterConfig(recipe_gpus_per_node=8), RuntimeConfig(nproc_per_node=2),  # stated: no gpu
+     "[dry run] recipes/llama3_8b.yaml is written for one 8-GPU node; this dry run is for world 2 "
+     "(runtime.nproc_per_node x runtime.nnodes): set runtime.nproc_per_node=8"),
+    (ClusterConfig(recipe_gpus_per_node=8, gpus_per_node=4), RuntimeConfig(),  # the deciding key
+     "[dry run] recipes/llama3_8b.yaml is written for one 8-GPU node; this dry run is for world 4 "
+     "(cluster.gpus_per_node x runtime.nnodes): set cluster.gpus_per_node=8"),
     (ClusterConfig(recipe_gpus_per_node=8, recipe_nodes=8, gpu="h100_sxm"), RuntimeConfig(),
      "[dry run] recipes/llama3_8b.yaml is written for 8 nodes of 8 GPUs (64 GPUs); this dry run "
-     "is for world 8 (cluster.gpus_per_node x cluster.nodes): set runtime.nnodes=8 "
-     "runtime.rdzv_endpoint=HOST:PORT (or name its cluster: cluster.nodes=8)"),
+     "is for world 8 (cluster.gpus_per_node x cluster.nodes): set cluster.nodes=8"),
+    (ClusterConfig(recipe_gpus_per_node=8, recipe_nodes=8), RuntimeConfig(),
+     "[dry run] recipes/llama3_8b.yaml is written for 8 nodes of 8 GPUs (64 GPUs); this dry run "
+     "is for world 1 (runtime.nproc_per_node x runtime.nnodes): set runtime.nproc_per_node=8 "
+     "runtime.nnodes=8 runtime.rdzv_endpoint=HOST:PORT (or name its cluster: cluster.gpu=h100_sxm "
+     "cluster.nodes=8)"),
     (ClusterConfig(recipe_gpus_per_node=8), RuntimeConfig(nproc_per_node=8), ""),
     (ClusterConfig(recipe_gpus_per_node=8, recipe_nodes=8, gpu="gb200", nodes=16),
      RuntimeConfig(), ""),  # 64 GPUs in other nodes: the recipe's world size
     (ClusterConfig(), RuntimeConfig(), ""),  # the recipe names no world
 ])
-def test_a_dry_run_in_another_world_than_the_recipes_says_so(cluster, world, expected):
-    assert recipe_note(cluster, resolve_world(world, cluster), "llama3_8b") == expected
+def test_a_dry_run_in_another_world_than_the_recipes_says_so(cluster, runtime, expected):
+    world = resolve_world(runtime, cluster)
+    assert recipe_note(runtime, cluster, world, "llama3_8b") == expected
 
 
 def test_the_recipes_state_their_world_as_data():
