@@ -131,11 +131,15 @@ def expand_grid(arguments: List[str], config_loader=None) -> tuple:
     return keys, [list(combination) for combination in itertools.product(*axes)]
 
 
-def cell_id(resolved: dict) -> str:
-    """A stable hash of what the cell measures (sha256, so the same across processes)."""
+def cell_id(resolved: dict, world=None) -> str:
+    """A stable hash of what the cell measures (sha256, so the same across processes). The
+    cluster section is left out, but where its keys decide the world a run starts (`world`,
+    launcher.config.world) that world is in: cells that differ only there measure differently."""
     measured = {k: v for k, v in resolved.items() if k not in UNMEASURED}
     measured["runtime"] = {k: v for k, v in measured.get("runtime", {}).items()
                            if k != "dry_run"}  # a dry run plans the same cells
+    if world is not None and "cluster." in world.source:
+        measured["world"] = [world.per_node, world.nodes]
     blob = json.dumps(measured, sort_keys=True, default=canonical)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -205,9 +209,9 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
         cfg = to_config(composed)
         cleared = preflight(cfg, None, swept=keys, planned=ranks.planned_world(launcher))
     except ConfigError as err:
-        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err), "", ""
+        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err), "", None
     return (OmegaConf.to_container(composed, resolve=True, enum_to_str=True), values, "",
-            predicted(cleared.cfg, cleared.world), cleared.world.describe())
+            predicted(cleared.cfg, cleared.world), cleared.world)
 
 
 def predicted(cfg, world) -> str:
@@ -246,12 +250,12 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     for overrides in grid:
         resolved, values, reason, guess, world = compose_cell(load, overrides, keys,
                                                              master.hydra.launcher)
-        ident = cell_id(resolved)
+        ident = cell_id(resolved, world)
         if not reason and ident in seen:
             reason = f"resolves to the same config as cell {seen[ident]}; drop one of them"
         seen.setdefault(ident, label(values))
         cells.append(Cell(ident, label(values), values, overrides, not reason, reason, guess,
-                          world))
+                          world.describe() if world else ""))
     name = sweep.name or Path(sweep_dir).name
     group = master.logging.wandb.group or name
     base_values = swept_values(master, dict(master.hydra.runtime.choices), keys)

@@ -219,3 +219,12 @@ def test_each_cell_composes_as_hydras_full_compose_does(grid):
 def test_a_bad_value_is_refused_by_the_composer_as_by_hydra():
     with pytest.raises(ConfigError, match="fsdp.prefetch_first_param_group"):
         plan_for("fsdp.prefetch_first_param_group=true,ture")
+
+
+def test_cells_whose_cluster_keys_start_different_worlds_are_different_cells():
+    # the cluster section is not in a cell's id, but where its keys decide the world, that is
+    plan = plan_for("cluster.gpus_per_node=1,2", "train.global_batch_size=8",
+                    "~sweep.baseline.fsdp", "~sweep.baseline.cuda_graph")
+    worlds = {c.values["cluster.gpus_per_node"]: (c.id, c.world) for c in plan.cells if c.valid}
+    assert worlds["1"][0] != worlds["2"][0]
+    assert worlds["2"][1] == "2 (1 node(s) of 2: cluster.gpus_per_node x runtime.nnodes)"
