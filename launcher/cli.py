@@ -9,6 +9,7 @@ module imports hydra and omegaconf only: `launch --cfg job` never imports torch.
 import os
 import sys
 from importlib import resources
+from typing import Optional
 
 import hydra
 from hydra.errors import HydraException
@@ -18,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from launcher.run import ranks
 from launcher.run.preflight import preflight
 from launcher.run.support import check_fp8_support, check_support
-from launcher.config import LAUNCH_WORLD, Config, ConfigError, check_world_size, to_config
+from launcher.config import Config, ConfigError, World, check_world_size, to_config
+from launcher.config.world import recipe_note
 
 _exit_code = [0]  # set by a run; a sweep exits with its own code, Hydra's errors with 1
 
@@ -55,59 +57,73 @@ def _main(composed: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    run_dir = HydraConfig.get().runtime.output_dir
-    swept = None
-    if HydraConfig.get().mode == RunMode.MULTIRUN:  # a sweep's job: its plan names the keys
-        from launcher.sweep.plan import swept_keys
-
-        swept = swept_keys(HydraConfig.get().sweep.dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = hydra_cfg.runtime.output_dir
+    swept = planned = None
     try:
+        if hydra_cfg.mode == RunMode.MULTIRUN:  # a sweep's job: its plan names the keys
+            from launcher.sweep.plan import swept_keys
+
+            swept = swept_keys(hydra_cfg.sweep.dir)
+            planned = ranks.planned_world(hydra_cfg.launcher)  # a Slurm launcher's tasks
+        else:
+            check_run_launcher(hydra_cfg)
         cfg = to_config(composed)
-        cleared = preflight(cfg, run_dir, swept=swept,
+        cleared = preflight(cfg, run_dir, swept=swept, planned=planned,
                             here=not (cfg.runtime.dry_run or cfg.runtime.print_megatron_lm))
     except ConfigError as err:
         return refuse(err, run_dir)
     cfg = cleared.cfg
     if cfg.runtime.print_megatron_lm:
-        return print(megatron_lm_command(cfg))
+        return print(megatron_lm_command(cfg, cleared.world))
     if cfg.runtime.dry_run:
         try:
-            return print(dry_run(cfg))
+            return print(dry_run(cfg, cleared.world, hydra_cfg.runtime.choices.get("recipe")))
         except ConfigError as err:  # the run does not fit the cluster's world
             return refuse(err, run_dir)
     from launcher.run.spawn import run
 
     os.environ.update(cleared.environment)  # before any rank, and before torch reads CUDA's
     try:
-        set_exit_code(run(cfg, run_dir, cleared.resume_from))
+        set_exit_code(run(cfg, run_dir, cleared.world, cleared.resume_from))
     except ConfigError as err:  # a CUDA device asked for and none seen; a starter's world
         refuse(err, run_dir)
 
 
-def dry_run(cfg: Config) -> str:
-    """The estimate; and where this installation could not build the run (a recipe for GPUs with
-    Transformer Engine, estimated on a laptop), why, as a line of it rather than a refusal."""
+def check_run_launcher(hydra_cfg) -> None:
+    """Without -m Hydra runs the job here with its basic launcher and never calls hydra/launcher:
+    a Slurm launcher named there would be silently unused."""
+    if ranks.planned_world(hydra_cfg.launcher) is not None:
+        name = hydra_cfg.runtime.choices.get("hydra/launcher")
+        raise ConfigError(
+            f"hydra/launcher={name} submits jobs only with -m; without it this would run here, "
+            f"not on Slurm: add -m (`launch -m ... hydra/launcher={name}` submits one job when "
+            "nothing is swept), or drop hydra/launcher")
+
+
+def dry_run(cfg: Config, world: World, recipe: Optional[str] = None) -> str:
+    """The estimate in the run's one world; where this installation could not build the run (a
+    recipe for GPUs with Transformer Engine, estimated on a laptop), why, as a line of it rather
+    than a refusal; where the recipe is written for another world, which keys give it."""
     from launcher.run.estimate import describe
 
-    from launcher.config.cluster import CLUSTER_WORLD
-    from launcher.run.predict import cluster_of
     from launcher.run.prediction_text import describe_prediction
 
-    world, source = cfg.runtime.world_size, LAUNCH_WORLD
-    if cfg.cluster.gpu is not None:  # the world of the cluster predicted for
-        world, source = cluster_of(cfg).world, CLUSTER_WORLD
     try:
         check_support(cfg.model, cfg.parallel, cfg.cuda_graph)
         check_fp8_support(cfg.train.fp8)
         here = ""
     except ConfigError as err:
         here = f"here the run would be refused: {err}"
-    lines = describe(cfg, world, check_world_size(cfg, world, source), here).splitlines()
-    predicted = describe_prediction(cfg) if cfg.cluster.gpu is not None else []
-    return "\n".join(lines[:-1] + predicted + lines[-1:])  # "nothing started" last
+    dp = check_world_size(cfg, world.size, world.source)
+    lines = describe(cfg, world.size, dp, here).splitlines()
+    predicted = describe_prediction(cfg, world) if cfg.cluster.gpu is not None else []
+    note = recipe_note(cfg.runtime, cfg.cluster, world, recipe)
+    return "\n".join(lines[:-1] + predicted + ([note] if note else [])
+                     + lines[-1:])  # "nothing started" last
 
 
-def megatron_lm_command(cfg: Config) -> str:
+def megatron_lm_command(cfg: Config, world: World) -> str:
     """`runtime.print_megatron_lm=true`: this run as Megatron-LM's command line: a GPU cluster's
     (runtime.device=cuda, a GPU's cluster.gpu, or a GPU found here; with the kernels
     cluster.kernels says it has), else this CPU's."""
@@ -122,7 +138,7 @@ def megatron_lm_command(cfg: Config) -> str:
     kernels = target_kernels(cfg, gpu)
     resolved = fusions.resolve(cfg.model, layer_spec(cfg.model, kernels), cfg.train.precision,
                                not gpu, kernels)
-    return megatron_lm.command(cfg, resolved, not gpu, kernels, cfg.runtime.world_size)
+    return megatron_lm.command(cfg, resolved, not gpu, kernels, world.per_node, world.nodes)
 
 
 def refuse(err: ConfigError, run_dir: str) -> None:

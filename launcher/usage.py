@@ -70,7 +70,7 @@ def text() -> str:
         "More:",
         "  launch --cfg job [OVERRIDES]        every key of the resolved config (imports no torch)",
         "  launch ... runtime.dry_run=true     the checks, and the plan or estimate; starts nothing",
-        "  launch -m ... hydra/launcher=slurm  the sweep's jobs on Slurm",
+        "  launch -m ... hydra/launcher=slurm  jobs on Slurm (one job where nothing is swept)",
         "  launch --hydra-help                 Hydra's own flags",
         "README.md tells the rest; each key's meaning is its docstring in launcher/config/.",
     ]

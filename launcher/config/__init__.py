@@ -3,7 +3,8 @@
 Owns the typed schema (one dataclass per config group: `model.py` for what is built, model,
 parallel, fsdp and cuda_graph, `layers.py`, its moe and recompute, and `fusions.py`, its fused
 kernels; `sections.py` for how it runs, train, data, logging, runtime and sweep; `profile.py`, the
-profiling window; `schema.py`: the root `Config`, the rules across sections and those that need the
+profiling window; `world.py`, the one world (ranks per node, nodes) derived from every place that
+states it; `schema.py`: the root `Config`, the rules across sections and those that need the
 world size; `error.py`: ConfigError), the enums of its vocabulary (`choices.py`), which keys act
 only under which (`effect.py`), the one-line explanation of Hydra's composition errors
 (`explain.py`), and the configuration reference it generates (`reference.py`). It may import the standard library,
@@ -24,6 +25,7 @@ from launcher.config.schema import (  # noqa: F401
 )
 from launcher.config.error import ConfigError  # noqa: F401
 from launcher.config.cluster import ClusterConfig, Hardware, load_hardware  # noqa: F401
+from launcher.config.world import Stated, World, resolve_world  # noqa: F401
 from launcher.config.fusions import FusionsConfig  # noqa: F401
 from launcher.config.fp8 import Fp8Config  # noqa: F401
 from launcher.config.layers import MoeConfig, RecomputeConfig  # noqa: F401

@@ -12,7 +12,6 @@ from typing import Dict, Optional
 from launcher.config.choices import ClusterKernels
 from launcher.config.error import ConfigError, size_or_null
 
-CLUSTER_WORLD = "cluster.gpus_per_node x cluster.nodes"
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
 
 
@@ -111,16 +110,25 @@ def load_hardware(name: str) -> Hardware:
 
 @dataclass
 class ClusterConfig:
-    """The cluster `runtime.dry_run=true` predicts step time, throughput and MFU for. Describes;
-    never changes what a run does."""
+    """The cluster `runtime.dry_run=true` predicts step time, throughput and MFU for. Its sizes
+    state the world as the runtime section's do: a run starts the world its dry run predicts
+    (launcher.config.world)."""
 
     gpu: Optional[str] = None
     """A file of hardware/ (h100_sxm, h200_sxm, b200, gb200, cpu_2core); null: the dry
     run predicts no time."""
     gpus_per_node: Optional[int] = None
-    """null: runtime.nproc_per_node if set, else the hardware file's gpus_per_node."""
+    """Ranks (GPUs) per node, as runtime.nproc_per_node states it for a run; null: what
+    runtime.nproc_per_node or the Slurm launcher says, else the hardware file's gpus_per_node
+    (launcher.config.world)."""
     nodes: Optional[int] = None
-    """null: runtime.nnodes if set, else 1."""
+    """Nodes, as runtime.nnodes states it for a run; null: what runtime.nnodes or the Slurm
+    launcher says, else 1."""
+    recipe_gpus_per_node: Optional[int] = None
+    """GPUs per node the recipe is written for (a recipe sets it); a dry run for another world
+    says so and how to get it. Changes nothing; null: the recipe names no world."""
+    recipe_nodes: Optional[int] = None
+    """Nodes the recipe is written for; null: 1 (read with recipe_gpus_per_node)."""
     kernels: ClusterKernels = ClusterKernels.ngc
     """The cluster's software, for what is printed for it (the Megatron-LM command of a GPU
     run, the dry run's layer spec and memory): ngc, Transformer Engine and Apex with its CUDA
@@ -128,22 +136,10 @@ class ClusterConfig:
     has. A run itself always uses what is installed where it runs."""
 
     def __post_init__(self):
-        for key in ("gpus_per_node", "nodes"):
+        for key in ("gpus_per_node", "nodes", "recipe_gpus_per_node", "recipe_nodes"):
             size_or_null(f"cluster.{key}", getattr(self, key))
         if self.gpu is not None:
             load_hardware(str(self.gpu))
 
     def hardware(self) -> Hardware:
         return load_hardware(str(self.gpu))
-
-    def world(self, nproc_per_node: Optional[int], nnodes: Optional[int]) -> tuple:
-        """(gpus per node, nodes): these keys, else the runtime section's, else the defaults.
-        Raises where both name a size and the two differ."""
-        for key, mine, theirs in (("gpus_per_node", self.gpus_per_node, nproc_per_node),
-                                  ("nodes", self.nodes, nnodes)):
-            if mine is not None and theirs is not None and mine != theirs:
-                other = "nproc_per_node" if key == "gpus_per_node" else "nnodes"
-                raise ConfigError(f"cluster.{key}={mine} and runtime.{other}={theirs} name two "
-                                  f"worlds; set one of them, or make them equal")
-        per_node = self.gpus_per_node or nproc_per_node or self.hardware().gpus_per_node
-        return per_node, self.nodes or nnodes or 1

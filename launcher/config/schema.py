@@ -16,6 +16,7 @@ from launcher.config.error import ConfigError
 from launcher.config.fp8 import check_fp8
 from launcher.config.model import CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig
 from launcher.config.profile import ProfileConfig
+from launcher.config.world import resolve_world
 from launcher.config.sections import (
     DataConfig, LoggingConfig, RuntimeConfig, SweepConfig, TrainConfig,
 )
@@ -63,8 +64,7 @@ class Config:
                 f"train.inject_nan_at_step={self.train.inject_nan_at_step} cannot poison a "
                 f"replayed CUDA graph (cuda_graph.impl={self.cuda_graph.impl.value} runs no Python "
                 "inside the step); remove train.inject_nan_at_step or set cuda_graph.impl=none")
-        if self.cluster.gpu is not None:
-            self.cluster.world(self.runtime.nproc_per_node, self.runtime.nnodes)
+        resolve_world(self.runtime, self.cluster)  # the runtime and cluster sections agree
         self._check_main_params()
         check_fp8(self.train.fp8, Precision(self.train.precision), self.model, self.fsdp)
         self._check_experts()

@@ -257,10 +257,10 @@ class RuntimeConfig:
     device: Device = Device.auto
     """auto (cuda when available, else cpu) | cpu | cuda."""
     nproc_per_node: Optional[int] = None
-    """Ranks per node (one per GPU). null: 1 when `launch` starts the ranks; what torchrun or
-    Slurm gives when they do (a number here must then match it)."""
+    """Ranks per node (one per GPU). null: what torchrun, the Slurm launcher or
+    cluster.gpus_per_node says (a number here must match them), else 1 (launcher.config.world)."""
     nnodes: Optional[int] = None
-    """Nodes in the job. null: 1 when `launch` starts the ranks; what the starter gives otherwise."""
+    """Nodes in the job. null: what torchrun, the Slurm launcher or cluster.nodes says, else 1."""
     dry_run: bool = False
     """Compose, validate and print what would run (a sweep: its plan; a run: parameters, FLOPs,
     tokens and memory per GPU), without importing torch or starting anything."""
@@ -284,11 +284,6 @@ class RuntimeConfig:
         if (self.nnodes or 1) > 1 and self.rdzv_endpoint is None:
             raise ConfigError(f"runtime.nnodes={self.nnodes} needs a rendezvous every node can "
                               "reach; set runtime.rdzv_endpoint=HOST:PORT (the same on every node)")
-
-    @property
-    def world_size(self) -> int:
-        """The world `launch` itself starts (elastic launch on each of nnodes nodes)."""
-        return (self.nproc_per_node or 1) * (self.nnodes or 1)
 
 
 @dataclass

@@ -244,7 +244,7 @@ def machine_notes(cfg: Config, fusions: Fusions, on_cpu: bool, kernels: Kernels)
 
 
 def command(cfg: Config, fusions: Fusions, on_cpu: bool, kernels: Kernels,
-            world_size: int) -> str:
+            per_node: int, nodes: int) -> str:
     """The shell command: torchrun over pretrain_gpt.py, one flag per line, and the notes."""
     args = flags(cfg, fusions, fusions.spec, on_cpu)
     lines, current = [], []
@@ -254,6 +254,8 @@ def command(cfg: Config, fusions: Fusions, on_cpu: bool, kernels: Kernels,
             current = []
         current.append(arg)
     lines.append(" ".join(shlex.quote(a) for a in current))
-    head = f"torchrun --nproc-per-node {world_size} pretrain_gpt.py"
+    # several nodes: torchrun on each, with its rendezvous flags (--rdzv-endpoint, --rdzv-id)
+    head = ("torchrun " + (f"--nnodes {nodes} " if nodes > 1 else "")
+            + f"--nproc-per-node {per_node} pretrain_gpt.py")
     text = " \\\n    ".join([head] + lines)
     return "\n".join([f"# {note}" for note in notes(cfg, fusions, on_cpu, kernels)] + [text])

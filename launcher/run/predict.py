@@ -42,7 +42,8 @@ from launcher.config import (
     Activation, Config, ConfigError, CudaGraphImpl, Precision, RecomputeGranularity,
     ShardingStrategy, check_world_size,
 )
-from launcher.config.cluster import CLUSTER_WORLD, Hardware
+from launcher.config.cluster import Hardware
+from launcher.config.world import World, resolve_world
 from launcher.run.estimate import gradient_dtypes, layer_parameters, memory_per_gpu, padded_vocab
 from launcher.run.layout import parameter_groups
 from launcher.run.metrics import flops_per_step
@@ -362,8 +363,9 @@ def switch(cfg: Config, units: List[Unit], cluster: Cluster, this: Timeline) -> 
     return (0.0 if abs(saving) < 1e-12 else saving), why  # 0, not a rounding's -1.8e-15
 
 
-def cluster_of(cfg: Config) -> Cluster:
-    """The cluster the config names; raises ConfigError where the run does not fit its world."""
-    per_node, nodes = cfg.cluster.world(cfg.runtime.nproc_per_node, cfg.runtime.nnodes)
-    check_world_size(cfg, per_node * nodes, CLUSTER_WORLD)
-    return Cluster(cfg.cluster.hardware(), per_node, nodes)
+def cluster_of(cfg: Config, world: Optional[World] = None) -> Cluster:
+    """cluster.gpu's hardware in the run's world (the pre-flight's; None: the one the config
+    alone states, launcher.config.world); raises ConfigError where the run does not fit it."""
+    world = world or resolve_world(cfg.runtime, cfg.cluster)
+    check_world_size(cfg, world.size, world.source)
+    return Cluster(cfg.cluster.hardware(), world.per_node, world.nodes)

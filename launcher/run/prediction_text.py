@@ -2,16 +2,16 @@
 `cluster.gpu` set, and a sweep plan's predicted column (the model: launcher/run/predict.py)."""
 
 from dataclasses import replace
-from typing import List
+from typing import List, Optional
 
-from launcher.config import Config
+from launcher.config import Config, World
 from launcher.run.fit import fit
 from launcher.run.predict import Unit, cluster_of, predict
 
 
-def short(cfg: Config) -> str:
-    """A sweep plan's predicted column."""
-    cluster = cluster_of(cfg)
+def short(cfg: Config, world: Optional[World] = None) -> str:
+    """A sweep plan's predicted column, for the cell's world (its pre-flight's)."""
+    cluster = cluster_of(cfg, world)
     p, verdict = predict(cfg, cluster), fit(cfg, cluster)
     memory = (f"{verdict.memory_gib:.0f} GiB" if verdict.fits else
               f"DOES NOT FIT: {verdict.memory_gib:.0f} GiB of {verdict.capacity_gib:g}"
@@ -20,9 +20,9 @@ def short(cfg: Config) -> str:
             f"MFU {p.mfu:.0%}, {memory}")
 
 
-def describe_prediction(cfg: Config) -> List[str]:
-    """The dry run's lines for `cluster.gpu`."""
-    cluster = cluster_of(cfg)
+def describe_prediction(cfg: Config, world: Optional[World] = None) -> List[str]:
+    """The dry run's lines for `cluster.gpu`, in the run's world (its pre-flight's)."""
+    cluster = cluster_of(cfg, world)
     p, hw, ms = predict(cfg, cluster), cluster.hardware, 1e3
     t = p.timeline
     between = cluster.host_s("step_host_us")

@@ -11,9 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence
 
-from launcher.config import Config, ConfigError, DataKind, Device, check_steady_state, \
-    check_world_size
-from launcher.config.cluster import CLUSTER_WORLD
+from launcher.config import Config, ConfigError, DataKind, Device, World, check_steady_state, \
+    check_world_size, resolve_world
 from launcher.config.effect import check_effect
 from launcher.run import ranks, resume
 from launcher.run.environment import run_environment
@@ -32,6 +31,9 @@ class Cleared:
     """The checkpoint the run resumes from; None: step 1."""
     environment: Dict[str, str]
     """What the ranks' environment needs set (launcher.run.environment)."""
+    world: World
+    """The run's one world (launcher.config.world): what its dry run estimates and predicts
+    for, what was checked here and what the spawner starts."""
 
 
 def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]] = None,
@@ -45,14 +47,14 @@ def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]
       (config.effect); and every step being excluded from throughput is refused: throughput is
       what a sweep compares (a single run still trains, and says it measured none).
     planned: the world another starter will give the ranks (a Slurm launcher's tasks); None: the
-      one `launch` starts from the runtime section (under torchrun, the rank checks its own).
+      one `launch` starts (under torchrun: the world torchrun gave this process).
     here: check what this machine can build and run; false for a single run's dry run, which
       estimates for other machines and prints what would be refused here as a line of it.
     """
     check_effect(cfg, swept)
     if swept is not None:
         check_steady_state(cfg)
-    check_world(cfg, planned)
+    world = check_world(cfg, planned)
     if cfg.data.kind == DataKind.indexed:
         check_dataset(cfg)
     cfg = with_vocab(cfg)  # before anything compares the model section
@@ -64,20 +66,29 @@ def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]
         check_fp8_support(cfg.train.fp8)
         if cfg.runtime.device == Device.cpu:  # auto: known where the ranks start (spawn.py)
             check_device(cfg, "cpu")
-    starts = 1 if ranks.external_starter() else (cfg.runtime.nproc_per_node or 1)
+    starts = 1 if ranks.external_starter() else world.per_node
     environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub, starts)
-    return Cleared(cfg, resume_from, environment)
+    return Cleared(cfg, resume_from, environment, world)
 
 
-def check_world(cfg: Config, planned: Optional[ranks.Layout]) -> None:
-    if cfg.runtime.dry_run and cfg.cluster.gpu is not None:  # predicted for the cluster's world
-        per_node, nodes = cfg.cluster.world(cfg.runtime.nproc_per_node, cfg.runtime.nnodes)
-        check_world_size(cfg, per_node * nodes, CLUSTER_WORLD)
-    elif planned is not None:
-        ranks.check_runtime_matches(cfg.runtime, planned)
-        check_world_size(cfg, planned.world_size, planned.world_source)
-    elif not ranks.external_starter():  # else the rank checks the world it was given
-        check_world_size(cfg, cfg.runtime.world_size)
+def check_world(cfg: Config, planned: Optional[ranks.Layout]) -> World:
+    """The one world (launcher.config.world), checked against the parallel sizes and the batch.
+    A dry run checks the world the run would get, wherever it is printed."""
+    starter = ranks.external_starter()
+    if planned is None and starter == "torchrun":  # torchrun's world is in this process already
+        planned = ranks.layout(starter)
+    world = resolve_world(cfg.runtime, cfg.cluster, planned.stated() if planned else None)
+    launched_here = planned is None and starter is None
+    if launched_here and world.nodes > 1 and cfg.runtime.rdzv_endpoint is None \
+            and not cfg.runtime.dry_run:
+        raise ConfigError(
+            f"{world.nodes_key}={world.nodes} makes this a {world.nodes}-node run, and `launch` "
+            "starts one node's ranks that meet at runtime.rdzv_endpoint; set "
+            "runtime.rdzv_endpoint=HOST:PORT and run launch on every node, or submit it to Slurm "
+            "with `launch -m ... hydra/launcher=slurm hydra.launcher.nodes=N`")
+    if planned is not None or launched_here:  # else (submitit, unplanned) the rank checks
+        check_world_size(cfg, world.size, world.source)
+    return world
 
 
 _checked: Dict[tuple, Optional[str]] = {}

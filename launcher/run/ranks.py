@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from launcher.config import LAUNCH_WORLD, ConfigError, RuntimeConfig
+from launcher.config import Stated
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,28 @@ class Layout:
     def num_nodes(self) -> int:
         return self.world_size // self.local_world_size
 
-    @property
-    def world_source(self) -> str:
-        """Where the world size came from, as a user would change it."""
-        return {"submitit": "hydra.launcher.nodes x hydra.launcher.tasks_per_node",
-                "torchrun": "torchrun's --nnodes x --nproc-per-node"}.get(self.starter,
-                                                                          LAUNCH_WORLD)
+    def stated(self) -> Stated:
+        """The world this starter gives, as launcher.config.world compares it with the config's,
+        named by the keys (or flags) a user changes."""
+        keys = {"submitit": ("hydra.launcher.tasks_per_node", "hydra.launcher.nodes"),
+                "torchrun": ("torchrun's --nproc-per-node", "torchrun's --nnodes")}.get(
+                    self.starter, ("runtime.nproc_per_node", "runtime.nnodes"))
+        return Stated(self.local_world_size, self.num_nodes, *keys)
+
+
+def is_submitit(launcher) -> bool:
+    """Whether a `hydra.launcher` node is hydra-submitit-launcher's (Slurm or its local twin)."""
+    return "hydra_submitit_launcher" in str(launcher.get("_target_", ""))
+
+
+def planned_world(launcher) -> Optional[Layout]:
+    """The world a submitit launcher's tasks (hydra/launcher=slurm, submitit_slurm,
+    submitit_local: the `hydra.launcher` node) give each job; None for any other launcher:
+    `launch` starts the ranks itself."""
+    if not is_submitit(launcher):
+        return None
+    local = int(launcher.tasks_per_node)
+    return Layout("submitit", 0, 0, local * int(launcher.nodes), local, "", 0)
 
 
 def external_starter() -> Optional[str]:
@@ -59,15 +75,6 @@ def layout(starter: str = "launch") -> Layout:
     return Layout(starter, int(env["RANK"]), int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"]),
                   int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])), env["MASTER_ADDR"],
                   int(env["MASTER_PORT"]))
-
-
-def check_runtime_matches(runtime: RuntimeConfig, found: Layout) -> None:
-    """runtime.nproc_per_node / nnodes, where set, must be what the starter gave."""
-    for key, wanted, got in (("nproc_per_node", runtime.nproc_per_node, found.local_world_size),
-                             ("nnodes", runtime.nnodes, found.num_nodes)):
-        if wanted is not None and wanted != got:
-            raise ConfigError(f"runtime.{key}={wanted}, but {found.starter} started {got} "
-                              f"({found.world_source}); set runtime.{key}={got} or null")
 
 
 def rank_overrides(rank: int) -> list:

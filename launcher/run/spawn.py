@@ -1,7 +1,8 @@
 """Starts a run's ranks, or runs this process's rank when another starter already started it.
 
 `launch` on its own: every rank of this node in a fresh process, through torch's elastic launch
-API (as torchrun does); with runtime.nnodes > 1 each node's `launch` joins the c10d rendezvous at
+API (as torchrun does), the world the pre-flight resolved (launcher.config.world); on more
+than one node each node's `launch` joins the c10d rendezvous at
 runtime.rdzv_endpoint. Under torchrun or Slurm (submitit) this process is one rank: it trains in
 place. Either way the global rank 0 alone writes summary.json.
 """
@@ -19,7 +20,8 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from launcher.run import ranks
-from launcher.config import Config, ConfigError, Device, as_dict, check_world_size
+from launcher.config import Config, ConfigError, Device, World, as_dict, check_world_size, \
+    resolve_world
 from launcher.run.crashes import crash_log_path, crash_report, remove_empty
 from launcher.run.failures import classify_failure, excerpt
 from launcher.run.support import check_device
@@ -45,22 +47,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(cfg: Config, run_dir: str, resume_from: Optional[str] = None) -> int:
-    """Runs the job's ranks (or this one); returns the exit code. ConfigError: refused input."""
+def run(cfg: Config, run_dir: str, world: World, resume_from: Optional[str] = None) -> int:
+    """Runs the job's ranks (or this one) in `world`, the pre-flight's; returns the exit code.
+    ConfigError: refused input."""
     starter = ranks.external_starter()
     if starter:
         return run_this_rank(cfg, run_dir, starter, resume_from)
     device_type = resolve_device(cfg.runtime.device)
     check_device(cfg, device_type)
-    return launch_ranks(cfg, run_dir, device_type, resume_from)
+    return launch_ranks(cfg, run_dir, device_type, resume_from, world)
 
 
 def launch_ranks(cfg: Config, run_dir: str, device_type: str,
-                 resume_from: Optional[str]) -> int:
-    runtime = cfg.runtime
-    nnodes = runtime.nnodes or 1
+                 resume_from: Optional[str], world: World) -> int:
+    runtime, nnodes = cfg.runtime, world.nodes
     launch_config = LaunchConfig(
-        min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=runtime.nproc_per_node or 1,
+        min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=world.per_node,
         run_id=RDZV_ID if nnodes > 1 else uuid.uuid4().hex, rdzv_backend="c10d",
         rdzv_endpoint=runtime.rdzv_endpoint or f"127.0.0.1:{free_port()}",
         max_restarts=0, monitor_interval=0.5, start_method="spawn",
@@ -86,8 +88,8 @@ def run_this_rank(cfg: Config, run_dir: str, starter: str,
                   resume_from: Optional[str]) -> int:
     """Under torchrun or submitit: this process is one rank. Checks the world it was given."""
     found = ranks.layout(starter)
-    ranks.check_runtime_matches(cfg.runtime, found)
-    check_world_size(cfg, found.world_size, found.world_source)
+    world = resolve_world(cfg.runtime, cfg.cluster, found.stated())
+    check_world_size(cfg, world.size, world.source)
     device_type = resolve_device(cfg.runtime.device)
     check_device(cfg, device_type)
     try:

@@ -86,6 +86,9 @@ def print_plan(plan: Plan, rounds: list, race=None) -> None:
     widths = [max([len(k)] + [len(c.values[k]) for c in plan.cells]) for k in keys]
     print(f"[sweep] {plan.name}: {len(plan.cells)} cells x {plan.repeats} repeat(s) "
           f"into {plan.sweep_dir}")
+    worlds = {c.world for c in plan.cells if c.world}
+    if len(worlds) == 1:  # several: each cell's is in its row
+        print(f"[sweep] each job's world: {next(iter(worlds))}")
     guess = max([len(c.predicted) for c in plan.cells if c.predicted], default=0)
     predicted = [f"{'predicted':<{guess}}"] if guess else []
     print("  " + "  ".join([f"{'cell':<10}"] + [f"{k:<{w}}" for k, w in zip(keys, widths)]
@@ -99,6 +102,7 @@ def print_plan(plan: Plan, rounds: list, race=None) -> None:
                     if left else f"kept to the end of the race ({race.ended})" if race
                     else f"done ({plan.repeats} ok)")
             what += " (baseline)" if cell.id == plan.baseline else ""
+            what += f", world {cell.world}" if len(worlds) > 1 else ""
         else:
             what = f"invalid, will not run: {cell.reason}"
         print("  " + "  ".join([f"{cell.id:<10}"]

@@ -23,7 +23,7 @@ from launcher.run import ranks
 from launcher import summary as run_summary
 from launcher.run.preflight import preflight
 from launcher.sweep.error import SweepError
-from launcher.sweep.slurm import check_launcher, is_submitit
+from launcher.sweep.slurm import check_launcher
 from launcher.config import ConfigError, SweepConfig, to_config
 
 PLAN_FILE = "plan.json"
@@ -43,6 +43,9 @@ class Cell:
     """Why an invalid cell will not run: the validation error, one line."""
     predicted: str = ""
     """With cluster.gpu: the dry run's time model for the cell (launcher.run.predict)."""
+    world: str = ""
+    """The world its job gets, and the keys that state it (launcher.config.world); "" where
+    the cell is invalid."""
 
 
 @dataclass
@@ -128,11 +131,15 @@ def expand_grid(arguments: List[str], config_loader=None) -> tuple:
     return keys, [list(combination) for combination in itertools.product(*axes)]
 
 
-def cell_id(resolved: dict) -> str:
-    """A stable hash of what the cell measures (sha256, so the same across processes)."""
+def cell_id(resolved: dict, world=None) -> str:
+    """A stable hash of what the cell measures (sha256, so the same across processes). The
+    cluster section is left out, but where its keys decide the world a run starts (`world`,
+    launcher.config.world) that world is in: cells that differ only there measure differently."""
     measured = {k: v for k, v in resolved.items() if k not in UNMEASURED}
     measured["runtime"] = {k: v for k, v in measured.get("runtime", {}).items()
                            if k != "dry_run"}  # a dry run plans the same cells
+    if world is not None and "cluster." in world.source:
+        measured["world"] = [world.per_node, world.nodes]
     blob = json.dumps(measured, sort_keys=True, default=canonical)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -178,18 +185,10 @@ class CellComposer:
         return composed
 
 
-def planned_world(launcher: DictConfig) -> Optional[ranks.Layout]:
-    """The world a submitit launcher's tasks give each job; None: `launch` starts the ranks from
-    the runtime section."""
-    if not is_submitit(launcher):
-        return None
-    local = int(launcher.tasks_per_node)
-    return ranks.Layout("submitit", 0, 0, local * int(launcher.nodes), local, "", 0)
-
-
 def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
                  keys: List[str], launcher: DictConfig) -> tuple:
-    """(resolved dict, swept values, reason or ""): the cell as its job will see it. A value
+    """(resolved dict, swept values, reason or "", predicted, world): the cell as its job will
+    see it. A value
     that does not compose (a typo in a boolean, a choice that does not exist) is a mistake in
     the command, not an incompatible cell: ConfigError for the whole sweep."""
     from hydra.errors import HydraException
@@ -208,21 +207,22 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
     try:
         # the run's own pre-flight, as the job will run it, in the world it will get
         cfg = to_config(composed)
-        cleared = preflight(cfg, None, swept=keys, planned=planned_world(launcher))
+        cleared = preflight(cfg, None, swept=keys, planned=ranks.planned_world(launcher))
     except ConfigError as err:
-        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err), ""
+        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err), "", None
     return (OmegaConf.to_container(composed, resolve=True, enum_to_str=True), values, "",
-            predicted(cleared.cfg))
+            predicted(cleared.cfg, cleared.world), cleared.world)
 
 
-def predicted(cfg) -> str:
-    """The cell's predicted step on cluster.gpu, or why there is none; "" without a cluster."""
+def predicted(cfg, world) -> str:
+    """The cell's predicted step on cluster.gpu in the world its job will get (its pre-flight's),
+    or why there is none; "" without a cluster."""
     if cfg.cluster.gpu is None:
         return ""
     from launcher.run.prediction_text import short
 
     try:
-        return short(cfg)
+        return short(cfg, world)
     except ConfigError as err:
         return f"no prediction: {err}"
 
@@ -248,13 +248,14 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     sweep_dir = str(master.hydra.sweep.dir)
     cells, seen = [], {}
     for overrides in grid:
-        resolved, values, reason, guess = compose_cell(load, overrides, keys,
-                                                      master.hydra.launcher)
-        ident = cell_id(resolved)
+        resolved, values, reason, guess, world = compose_cell(load, overrides, keys,
+                                                             master.hydra.launcher)
+        ident = cell_id(resolved, world)
         if not reason and ident in seen:
             reason = f"resolves to the same config as cell {seen[ident]}; drop one of them"
         seen.setdefault(ident, label(values))
-        cells.append(Cell(ident, label(values), values, overrides, not reason, reason, guess))
+        cells.append(Cell(ident, label(values), values, overrides, not reason, reason, guess,
+                          world.describe() if world else ""))
     name = sweep.name or Path(sweep_dir).name
     group = master.logging.wandb.group or name
     base_values = swept_values(master, dict(master.hydra.runtime.choices), keys)

@@ -16,16 +16,13 @@ from typing import List, Optional
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from launcher.run.ranks import is_submitit
 from launcher.sweep.error import SweepError
 
 # How long sinfo and `sbatch --test-only` may take: a controller answers within its
 # MessageTimeout (Slurm's default: 10 s); with no Slurm configured, sinfo looks for one until
 # this ends, so it is also how long a user without Slurm waits for the refusal.
 SINFO_TIMEOUT_S = 15
-
-
-def is_submitit(launcher: DictConfig) -> bool:
-    return "hydra_submitit_launcher" in str(launcher.get("_target_", ""))
 
 
 def is_slurm(launcher: DictConfig) -> bool:

@@ -6,7 +6,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 from conftest import make_config as make
-from launcher.config import ConfigError, check_steady_state, check_world_size, no_steady_state
+from launcher.config import ConfigError, check_steady_state, check_world_size, no_steady_state, \
+    resolve_world
 
 
 RECIPES = sorted(p.name[:-5] for p in resources.files("launcher.recipes").iterdir()
@@ -133,7 +134,7 @@ WORLD_RULES = [
 def test_world_size_rule(overrides, message):
     cfg = make(*overrides)  # valid on its own: the world size is checked where it is known
     with pytest.raises(ConfigError, match=message):
-        check_world_size(cfg, cfg.runtime.world_size)
+        check_world_size(cfg, resolve_world(cfg.runtime, cfg.cluster).size)
 
 
 @pytest.mark.parametrize("overrides,message", RULES, ids=[r[1][:40] for r in RULES])

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import make_config as make
 from launcher.run.preflight import with_vocab
-from launcher.config import CudaGraphConfig, ConfigError, LayerSpec, check_world_size
+from launcher.config import CudaGraphConfig, ConfigError, LayerSpec, check_world_size, resolve_world
 from launcher.run.estimate import num_parameters, padded_vocab
 from launcher.run.metrics import flops_per_step
 from launcher.run.support import check_support
@@ -90,7 +90,7 @@ WORLD_RULES = [
 def test_world_rule(overrides, message):
     cfg = make(*overrides)
     with pytest.raises(ConfigError, match=message):
-        check_world_size(cfg, cfg.runtime.world_size)
+        check_world_size(cfg, resolve_world(cfg.runtime, cfg.cluster).size)
 
 
 def test_moe_graphs_and_grouped_gemm_are_refused_on_the_local_spec():

@@ -3,7 +3,7 @@
 import pytest
 
 from launcher.run import ranks
-from launcher.config import ConfigError, RuntimeConfig
+from launcher.config import ClusterConfig, ConfigError, RuntimeConfig, resolve_world
 
 TORCH_VARS = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2",
               "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
@@ -35,18 +35,23 @@ def test_submitit_is_recognised(clean_env):
 
 
 @pytest.mark.parametrize("runtime,message", [
-    (RuntimeConfig(nproc_per_node=4), r"runtime.nproc_per_node=4, but torchrun started 2 "
-                                      r"\(torchrun's --nnodes x --nproc-per-node\); set "
+    (RuntimeConfig(nproc_per_node=4), r"runtime.nproc_per_node=4 and torchrun's "
+                                      r"--nproc-per-node=2 name two worlds; set "
                                       r"runtime.nproc_per_node=2 or null"),
-    (RuntimeConfig(nnodes=2, rdzv_endpoint="h:1"), r"runtime.nnodes=2, but torchrun started 4"),
+    (RuntimeConfig(nnodes=2, rdzv_endpoint="h:1"),
+     r"runtime.nnodes=2 and torchrun's --nnodes=4 name two worlds"),
 ])
 def test_a_runtime_setting_must_match_what_the_starter_gave(runtime, message):
     found = ranks.Layout("torchrun", 0, 0, 8, 2, "h", 1)
     with pytest.raises(ConfigError, match=message):
-        ranks.check_runtime_matches(runtime, found)
+        resolve_world(runtime, ClusterConfig(), found.stated())
 
 
 def test_unset_runtime_layout_takes_what_the_starter_gave():
-    ranks.check_runtime_matches(RuntimeConfig(), ranks.Layout("submitit", 0, 0, 32, 8, "h", 1))
-    ranks.check_runtime_matches(RuntimeConfig(nproc_per_node=8, nnodes=4, rdzv_endpoint="h:1"),
-                                ranks.Layout("submitit", 0, 0, 32, 8, "h", 1))
+    found = ranks.Layout("submitit", 0, 0, 32, 8, "h", 1)
+    world = resolve_world(RuntimeConfig(), ClusterConfig(), found.stated())
+    assert (world.per_node, world.nodes, world.source) == (
+        8, 4, "hydra.launcher.tasks_per_node x hydra.launcher.nodes")
+    world = resolve_world(RuntimeConfig(nproc_per_node=8, nnodes=4, rdzv_endpoint="h:1"),
+                          ClusterConfig(), found.stated())
+    assert world.size == 32

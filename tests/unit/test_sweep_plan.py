@@ -173,8 +173,8 @@ def test_preflight_refuses_a_runtime_layout_the_launcher_will_not_give():
     plan = plan_for("hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
                     "runtime.nproc_per_node=4", "~sweep.baseline.fsdp", "~sweep.baseline.cuda_graph")
     assert {c.reason for c in plan.cells if "cannot be captured" not in c.reason} == {
-        "runtime.nproc_per_node=4, but submitit started 2 (hydra.launcher.nodes x "
-        "hydra.launcher.tasks_per_node); set runtime.nproc_per_node=2 or null"}
+        "runtime.nproc_per_node=4 and hydra.launcher.tasks_per_node=2 name two worlds; set "
+        "runtime.nproc_per_node=2 or null"}
 
 
 def test_a_cell_with_no_steady_state_step_is_refused_in_preflight():
@@ -219,3 +219,12 @@ def test_each_cell_composes_as_hydras_full_compose_does(grid):
 def test_a_bad_value_is_refused_by_the_composer_as_by_hydra():
     with pytest.raises(ConfigError, match="fsdp.prefetch_first_param_group"):
         plan_for("fsdp.prefetch_first_param_group=true,ture")
+
+
+def test_cells_whose_cluster_keys_start_different_worlds_are_different_cells():
+    # the cluster section is not in a cell's id, but where its keys decide the world, that is
+    plan = plan_for("cluster.gpus_per_node=1,2", "train.global_batch_size=8",
+                    "~sweep.baseline.fsdp", "~sweep.baseline.cuda_graph")
+    worlds = {c.values["cluster.gpus_per_node"]: (c.id, c.world) for c in plan.cells if c.valid}
+    assert worlds["1"][0] != worlds["2"][0]
+    assert worlds["2"][1] == "2 (1 node(s) of 2: cluster.gpus_per_node x runtime.nnodes)"
