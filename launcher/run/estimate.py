@@ -245,7 +245,10 @@ def describe(cfg: Config, world_size: int, dp: int, note: str = "") -> str:
              f"data-parallel {dp}"
              + (f", expert-parallel {cfg.parallel.expert_model_parallel_size}"
                 if m.moe.enabled else "")
-             + f", {t.precision.value}",
+             + f", {t.precision.value}"
+             + (f" with FP8 GEMMs ({t.fp8.format.value}, {t.fp8.recipe.value} scaling"
+                + (", FP8 parameter all-gather" if t.fp8.param_gather else "") + ")"
+                if t.fp8.enabled else ""),
              f"[dry run] memory per GPU (MiB) for the {spec_text(memory_spec(cfg))}: "
              "strategy, weights, main params, gradients, optimizer, activations, total"]
     for strategy, parts in memory_per_gpu(cfg, dp).items():

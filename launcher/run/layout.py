@@ -140,7 +140,7 @@ def group_name(bucket: List[Param], unit: Optional[int]) -> str:
     """A unit's name ("layer 3", "layer 3 experts"), or what a bucket outside the units holds."""
     if unit is not None:
         return f"layer {unit}" + (" experts" if bucket[0].expert else "")
-    parts = {"word_embeddings": "embeddings", "position_embeddings": "embeddings",
+    parts = {"word_embeddings": "embeddings", "position_embeddings": "position embeddings",
              "final_layernorm": "final norm", "output_layer": "output layer"}
     names = [next((v for k, v in parts.items() if k in p.name), "layers") for p in bucket]
     return " + ".join(dict.fromkeys(names))

@@ -34,7 +34,7 @@ def describe_prediction(cfg: Config, world: Optional[World] = None) -> List[str]
              "[predict] per unit (ms): unit, parameters, all-gather, reduce-scatter, forward, "
              "backward (per microbatch)"]
     for name, unit, count in grouped(p.units):
-        lines.append(f"  {name + (f' (x{count})' if count > 1 else ''):<22}{unit.params:>16,}"
+        lines.append(f"  {name + (f' (x{count})' if count > 1 else ''):<28}{unit.params:>16,}"
                      + "".join(f"{v * ms:>10.3g}" for v in (unit.allgather_s, unit.reduce_s,
                                                            unit.forward_s, unit.backward_s)))
     lines.append(f"[predict] {p.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "

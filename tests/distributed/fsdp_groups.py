@@ -1,6 +1,9 @@
 """Prints, as JSON, the parameter groups of the real Megatron-FSDP that `launch OVERRIDES` builds
-on one CPU rank: [{"params": numel, "experts": bool}] in the engine's order. Used by
-tests/distributed/test_predict_layout.py; run as `python fsdp_groups.py OVERRIDE...`."""
+on one CPU rank, in the engine's order: [{"params": numel, "experts": bool, "main_grads": the
+main-gradient buffer's dtype, "comm": the dtype its reduce-scatter moves (the adapter's
+MixedPrecisionPolicy.grad_comm_dtype, else the group's gradient dtype: param_and_grad_buffer.py's
+grad_dtype_fn)}]. Used by tests/distributed/test_predict_layout.py and test_grad_dtypes.py; run
+as `python fsdp_groups.py PORT OVERRIDE...`."""
 
 import json
 import os
@@ -18,6 +21,8 @@ import torch  # noqa: E402
 from launcher.cli import compose  # noqa: E402
 from launcher.run import build  # noqa: E402
 
+NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
 
 def main() -> None:
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}",
@@ -26,7 +31,10 @@ def main() -> None:
     build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
                         cfg.train.seed, 600, graph_safe_rng=False)
     model, _, _ = build.build_all(cfg, on_cpu=True)
-    groups = [{"params": sum(p.numel() for p in group.params), "experts": group.is_expert_param}
+    comm = model.mp_policy.grad_comm_dtype
+    groups = [{"params": sum(p.numel() for p in group.params), "experts": group.is_expert_param,
+               "main_grads": NAMES[group.main_grad_buffer.data.dtype],
+               "comm": NAMES[comm or group.grad_dtype]}
               for group in model.param_and_grad_buffer.parameter_groups]
     print(json.dumps(groups))
     torch.distributed.destroy_process_group()

@@ -16,7 +16,7 @@ from launcher.cli import compose
 from launcher.run.estimate import gradient_dtypes
 from launcher.run.spawn import free_port
 
-SCRIPT = Path(__file__).with_name("fsdp_grad_dtypes.py")
+SCRIPT = Path(__file__).with_name("fsdp_groups.py")
 LLAMA = ["+recipe=llama3_8b_tiny_cpu", "runtime.nproc_per_node=1"]
 
 
@@ -27,7 +27,8 @@ def test_the_estimates_gradient_dtypes_are_the_engines(overrides):
     built = subprocess.run([sys.executable, str(SCRIPT), str(free_port()), *LLAMA, *overrides],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
-    engine = json.loads(built.stdout.strip().splitlines()[-1])
+    engine = [{"main_grads": g["main_grads"], "comm": g["comm"]}
+              for g in json.loads(built.stdout.strip().splitlines()[-1])]
     dtypes = gradient_dtypes(compose([*LLAMA, *overrides]))
     assert engine == [{"main_grads": dtypes.main.value, "comm": dtypes.comm.value}] * len(engine)
     assert len(engine) >= 2  # the embeddings and the layers
