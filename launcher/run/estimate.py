@@ -91,8 +91,9 @@ def norm_parameters(model: ModelConfig) -> int:
 
 
 def outside_layers(model: ModelConfig, padded_vocab: int) -> int:
-    """Word (and an untied output layer's) and position embeddings, and the final norm:
-    Megatron-FSDP's first parameter group."""
+    """Word (and an untied output layer's) and position embeddings, and the final norm: the
+    parameters outside the layers, which Megatron-FSDP buckets by the bucket size
+    (launcher/run/layout.py)."""
     h = model.hidden_size
     embeddings = padded_vocab * h * (2 if model.untie_embeddings else 1)
     positions = (model.seq_length * h
