@@ -15,11 +15,13 @@ import hydra
 from hydra.errors import HydraException
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from launcher.run import ranks
 from launcher.run.preflight import preflight
 from launcher.run.support import check_fp8_support, check_support
 from launcher.config import Config, ConfigError, World, check_world_size, to_config
+from launcher.config.effect import given_keys
 from launcher.config.world import recipe_note
 
 _exit_code = [0]  # set by a run; a sweep exits with its own code, Hydra's errors with 1
@@ -70,12 +72,17 @@ def _main(composed: DictConfig) -> None:
             check_run_launcher(hydra_cfg)
         cfg = to_config(composed)
         cleared = preflight(cfg, run_dir, swept=swept, planned=planned,
-                            here=not (cfg.runtime.dry_run or cfg.runtime.print_megatron_lm))
+                            here=not (cfg.runtime.dry_run or cfg.runtime.print_megatron_lm),
+                            given=given_keys(hydra_cfg.overrides.task))
     except ConfigError as err:
         return refuse(err, run_dir)
     cfg = cleared.cfg
     if cfg.runtime.print_megatron_lm:
-        return print(megatron_lm_command(cfg, cleared.world))
+        from launcher.run import megatron_lm
+
+        return print(megatron_lm.for_config(cfg, cleared.world))
+    for note in cleared.notes:
+        print(f"[launch] note: {note}", flush=True)
     if cfg.runtime.dry_run:
         try:
             return print(dry_run(cfg, cleared.world, hydra_cfg.runtime.choices.get("recipe")))
@@ -123,24 +130,6 @@ def dry_run(cfg: Config, world: World, recipe: Optional[str] = None) -> str:
                      + lines[-1:])  # "nothing started" last
 
 
-def megatron_lm_command(cfg: Config, world: World) -> str:
-    """`runtime.print_megatron_lm=true`: this run as Megatron-LM's command line: a GPU cluster's
-    (runtime.device=cuda, a GPU's cluster.gpu, or a GPU found here; with the kernels
-    cluster.kernels says it has), else this CPU's."""
-    from launcher.run import fusions, megatron_lm
-    from launcher.run.support import for_gpu, layer_spec, target_kernels
-
-    gpu = for_gpu(cfg)
-    if gpu is None:
-        import torch
-
-        gpu = torch.cuda.is_available()
-    kernels = target_kernels(cfg, gpu)
-    resolved = fusions.resolve(cfg.model, layer_spec(cfg.model, kernels), cfg.train.precision,
-                               not gpu, kernels)
-    return megatron_lm.command(cfg, resolved, not gpu, kernels, world.per_node, world.nodes)
-
-
 def refuse(err: ConfigError, run_dir: str) -> None:
     """One line, exit code 2. A sweep's job also leaves an `invalid` summary: its cell's reason."""
     from hydra.core.hydra_config import HydraConfig
@@ -164,11 +153,36 @@ def empty_folder_override(arguments: list) -> str:
     return ""
 
 
+class BadFlag(Exception):
+    """A flag of Hydra's command line that argparse refuses."""
+
+
+def bad_flag(arguments: list) -> str:
+    """Why Hydra's own argument parser refuses the command line ("" where it does not): checked
+    first, so a mistyped flag (`--cfg jobs`) is one line rather than argparse's usage block."""
+    from hydra._internal.utils import get_args_parser
+
+    def error(message: str):
+        raise BadFlag(message)
+
+    parser = get_args_parser()
+    parser.error = error
+    try:
+        parser.parse_args(arguments)
+    except BadFlag as err:
+        return str(err)
+    return ""
+
+
 def main() -> None:
     if {"--help", "-h"} & set(sys.argv[1:]):
         from launcher.usage import text
 
         return print(text())
+    flag = bad_flag(sys.argv[1:])
+    if flag:
+        print(f"error: {flag}; see launch --help", file=sys.stderr)
+        sys.exit(2)
     empty = empty_folder_override(sys.argv[1:])
     if empty:  # before Hydra, which writes .hydra/ into the folder first
         print(f"error: {empty} is empty; give it a folder, or drop it for the default "
@@ -180,7 +194,7 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises; launch prints one line (errors.py)
     try:
         _main()
-    except HydraException as err:
+    except (HydraException, OmegaConfBaseException) as err:  # the latter: resolving hydra.*
         from launcher.config.explain import explain
 
         print(f"error: {explain(err)}", file=sys.stderr)

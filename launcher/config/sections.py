@@ -5,6 +5,7 @@ rewrites a setting. What is built is in model.py; the root and the rules across 
 schema.py.
 """
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -167,9 +168,10 @@ class DataConfig:
             weights = [float(w) for w in words[0::2]]
         except ValueError:
             return words, None
-        if len(words) % 2 or any(w <= 0 for w in weights):
+        if len(words) % 2 or not all(0 < w < math.inf for w in weights):  # nan is neither
             raise ConfigError(f"data.path={self.path}: weights and prefixes must alternate, "
-                              "weights positive; set data.path=\"0.3 A 0.7 B\" or data.path=A")
+                              "weights positive and finite; set data.path=\"0.3 A 0.7 B\" or "
+                              "data.path=A")
         return words[1::2], weights
 
 

@@ -259,3 +259,21 @@ def command(cfg: Config, fusions: Fusions, on_cpu: bool, kernels: Kernels,
             + f"--nproc-per-node {per_node} pretrain_gpt.py")
     text = " \\\n    ".join([head] + lines)
     return "\n".join([f"# {note}" for note in notes(cfg, fusions, on_cpu, kernels)] + [text])
+
+
+def for_config(cfg: Config, world) -> str:
+    """`runtime.print_megatron_lm=true`: the run as Megatron-LM's command line in `world` (the
+    pre-flight's): a GPU cluster's (runtime.device=cuda, a GPU's cluster.gpu, or a GPU found
+    here; with the kernels cluster.kernels says it has), else this CPU's."""
+    from launcher.run import fusions
+    from launcher.run.support import for_gpu, layer_spec, target_kernels
+
+    gpu = for_gpu(cfg)
+    if gpu is None:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    kernels = target_kernels(cfg, gpu)
+    resolved = fusions.resolve(cfg.model, layer_spec(cfg.model, kernels), cfg.train.precision,
+                               not gpu, kernels)
+    return command(cfg, resolved, not gpu, kernels, world.per_node, world.nodes)

@@ -9,11 +9,11 @@ files and the installation, never torch: a sweep's plan is printed before anythi
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 from launcher.config import Config, ConfigError, DataKind, Device, World, check_steady_state, \
     check_world_size, resolve_world
-from launcher.config.effect import check_effect
+from launcher.config.effect import check_effect, moot_notes
 from launcher.run import ranks, resume
 from launcher.run.environment import run_environment
 from launcher.run.outputs import check_folders, check_wandb_login
@@ -34,10 +34,14 @@ class Cleared:
     world: World
     """The run's one world (launcher.config.world): what its dry run estimates and predicts
     for, what was checked here and what the spawner starts."""
+    notes: Tuple[str, ...] = ()
+    """What the run's start says before its ranks: the recipe's keys the user's own overrides
+    made moot (launcher.config.effect)."""
 
 
 def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]] = None,
-              planned: Optional[ranks.Layout] = None, here: bool = True) -> Cleared:
+              planned: Optional[ranks.Layout] = None, here: bool = True,
+              given: Optional[Sequence[str]] = None) -> Cleared:
     """Raises ConfigError, one line, for whatever can be known before any rank starts.
 
     run_dir: the run's folder; None for a sweep's cell being planned, whose folder its job makes
@@ -50,8 +54,10 @@ def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]
       one `launch` starts (under torchrun: the world torchrun gave this process).
     here: check what this machine can build and run; false for a single run's dry run, which
       estimates for other machines and prints what would be refused here as a line of it.
+    given: the keys the command line sets (launcher.config.effect.given_keys): a key it leaves
+      inert is refused, a recipe's key it makes moot is a note; None: every key is the user's.
     """
-    check_effect(cfg, swept)
+    check_effect(cfg, swept, given)
     if swept is not None:
         check_steady_state(cfg)
     world = check_world(cfg, planned)
@@ -68,7 +74,8 @@ def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]
             check_device(cfg, "cpu")
     starts = 1 if ranks.external_starter() else world.per_node
     environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub, starts)
-    return Cleared(cfg, resume_from, environment, world)
+    return Cleared(cfg, resume_from, environment, world, moot_notes(cfg, given))
+
 
 
 def check_world(cfg: Config, planned: Optional[ranks.Layout]) -> World:

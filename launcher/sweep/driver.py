@@ -216,6 +216,8 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
     except (ConfigError, SweepError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if master.runtime.print_megatron_lm and plan.baseline is not None:
+        return print_commands(plan)
     rounds = schedule(plan)
     print_plan(plan, rounds, replay(plan) if plan.tune else None)
     if plan.baseline is None:
@@ -245,6 +247,18 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
         job_index += len(round_)
     # A rerun that ran nothing logs no second wandb table.
     return finish(plan, master, log=job_index > 0 or not reported)
+
+
+def print_commands(plan: Plan) -> int:
+    """runtime.print_megatron_lm=true under -m: each cell's Megatron-LM command (an invalid
+    cell's reason), and nothing started."""
+    for cell in plan.cells:
+        print(f"# cell {cell.id}: {cell.label}")
+        print(cell.megatron_lm if cell.valid else f"# invalid, no command: {cell.reason}")
+        print()
+    print(f"[sweep] runtime.print_megatron_lm=true: {sum(c.valid for c in plan.cells)} "
+          "command(s); nothing started", flush=True)
+    return 0
 
 
 def finish(plan: Plan, master: DictConfig, log: bool) -> int:

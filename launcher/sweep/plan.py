@@ -23,8 +23,9 @@ from launcher.run import ranks
 from launcher import summary as run_summary
 from launcher.run.preflight import preflight
 from launcher.sweep.error import SweepError
-from launcher.sweep.slurm import check_launcher
+from launcher.sweep.slurm import check_launcher, is_slurm
 from launcher.config import ConfigError, SweepConfig, to_config
+from launcher.config.effect import check_sweep_section, given_keys
 
 PLAN_FILE = "plan.json"
 UNMEASURED = ("sweep", "logging", "profile", "cluster")  # sections left out of a cell's id
@@ -46,6 +47,8 @@ class Cell:
     world: str = ""
     """The world its job gets, and the keys that state it (launcher.config.world); "" where
     the cell is invalid."""
+    megatron_lm: str = ""
+    """With runtime.print_megatron_lm=true: the cell as Megatron-LM's command line."""
 
 
 @dataclass
@@ -187,8 +190,8 @@ class CellComposer:
 
 def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
                  keys: List[str], launcher: DictConfig) -> tuple:
-    """(resolved dict, swept values, reason or "", predicted, world): the cell as its job will
-    see it. A value
+    """(resolved dict, swept values, reason or "", predicted, world, Megatron-LM command or ""):
+    the cell as its job will see it. A value
     that does not compose (a typo in a boolean, a choice that does not exist) is a mistake in
     the command, not an incompatible cell: ConfigError for the whole sweep."""
     from hydra.errors import HydraException
@@ -207,11 +210,18 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
     try:
         # the run's own pre-flight, as the job will run it, in the world it will get
         cfg = to_config(composed)
-        cleared = preflight(cfg, None, swept=keys, planned=ranks.planned_world(launcher))
+        printed = cfg.runtime.print_megatron_lm  # for a cluster, as a single run's is
+        cleared = preflight(cfg, None, swept=keys, planned=ranks.planned_world(launcher),
+                            given=given_keys(overrides), here=not printed)
     except ConfigError as err:
-        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err), "", None
+        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err), "", None, ""
+    command = ""
+    if printed:
+        from launcher.run import megatron_lm
+
+        command = megatron_lm.for_config(cleared.cfg, cleared.world)
     return (OmegaConf.to_container(composed, resolve=True, enum_to_str=True), values, "",
-            predicted(cleared.cfg, cleared.world), cleared.world)
+            predicted(cleared.cfg, cleared.world), cleared.world, command)
 
 
 def predicted(cfg, world) -> str:
@@ -241,6 +251,9 @@ def label(values: Dict[str, str]) -> str:
 def build_plan(master: DictConfig, load, arguments: List[str], config_loader=None) -> Plan:
     """Expands and validates the whole grid; raises SweepError/ConfigError for the sweep as a whole."""
     sweep: SweepConfig = OmegaConf.to_object(master.sweep)
+    check_sweep_section(sweep, master.hydra.runtime.choices.get("hydra/launcher"),
+                        is_slurm(master.hydra.launcher), given_keys(arguments))
+    check_sweep_dir(str(master.hydra.sweep.dir))
     check_launcher(master.hydra.launcher, master.runtime.dry_run)
     keys, grid = expand_grid(arguments, config_loader)
     if config_loader is not None:
@@ -248,14 +261,14 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     sweep_dir = str(master.hydra.sweep.dir)
     cells, seen = [], {}
     for overrides in grid:
-        resolved, values, reason, guess, world = compose_cell(load, overrides, keys,
-                                                             master.hydra.launcher)
+        resolved, values, reason, guess, world, command = compose_cell(
+            load, overrides, keys, master.hydra.launcher)
         ident = cell_id(resolved, world)
         if not reason and ident in seen:
             reason = f"resolves to the same config as cell {seen[ident]}; drop one of them"
         seen.setdefault(ident, label(values))
         cells.append(Cell(ident, label(values), values, overrides, not reason, reason, guess,
-                          world.describe() if world else ""))
+                          world.describe() if world else "", command))
     name = sweep.name or Path(sweep_dir).name
     group = master.logging.wandb.group or name
     base_values = swept_values(master, dict(master.hydra.runtime.choices), keys)
@@ -263,6 +276,16 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     return Plan(name, sweep_dir, keys, sweep.repeats, sweep.seed, baseline, group, cells,
                 sweep.tune, sweep.min_repeats, sweep.memory_limit_gib,
                 sweep.allow_numerics_change)
+
+
+def check_sweep_dir(sweep_dir: str) -> None:
+    """The sweep's folder can be made and written: refused before the plan, not after it."""
+    from launcher.files import unwritable
+
+    why = unwritable(sweep_dir)
+    if why:
+        raise ConfigError(f"hydra.sweep.dir={sweep_dir} cannot be written ({why}); set "
+                          "hydra.sweep.dir to a writable directory")
 
 
 def dotted(tree: dict, prefix: str = "") -> dict:

@@ -16,7 +16,9 @@ sm_90 (validate_args asks it with Megatron-FSDP), and for the Transformer Engine
 
 import dataclasses
 import functools
+import os
 import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -235,3 +237,26 @@ def test_a_gpu_command_is_the_clusters_and_names_what_comes_from_this_machine(tm
         pytest.skip("this installation has Transformer Engine and Apex: no flag comes from it")
     for flag in chosen:
         assert any(note.startswith(f"# {flag}: ") for note in notes), (flag, notes)
+
+
+def test_print_megatron_lm_under_minus_m_prints_each_cells_command_and_runs_nothing(tmp_path):
+    """A sweep prints one command per cell (an invalid cell: its reason) and stops: no job,
+    no sweep folder, no report."""
+    sweep_dir = tmp_path / "sweep"
+    proc = subprocess.run([str(Path(sys.executable).parent / "launch"), "-m", "+recipe=gpt",
+                           "model=tiny", "fsdp.prefetch_first_param_group=true,false",
+                           "cuda_graph.impl=none,full_iteration",
+                           "runtime.print_megatron_lm=true", f"hydra.sweep.dir={sweep_dir}"],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, HOME=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    cells = proc.stdout.split("# cell ")[1:]
+    assert len(cells) == 4
+    # the last key varies fastest, as in Hydra: (true, none), (true, full_iteration), ...
+    assert [c.count("torchrun --nproc-per-node 1 pretrain_gpt.py") for c in cells] == [1, 0, 1, 1]
+    assert "invalid, no command: fsdp.prefetch_first_param_group=true cannot be captured" \
+        in cells[1]
+    assert "--cuda-graph-impl full_iteration" in cells[3]
+    assert proc.stdout.strip().endswith("[sweep] runtime.print_megatron_lm=true: 3 command(s); "
+                                        "nothing started")
+    assert not sweep_dir.exists()

@@ -11,7 +11,9 @@ import pytest
 
 from conftest import make_config as make
 from launcher.config import Config, ConfigError, as_dict
-from launcher.config.effect import TABLE, check_effect, is_swept, shown, sweep_keys
+from launcher.config.effect import (
+    TABLE, check_effect, given_keys, is_swept, moot_notes, shown, sweep_keys,
+)
 from launcher.config.schema import Missing, lookup
 
 # Values that the generic choice below would get wrong (a list needs its shape, a number its range)
@@ -21,8 +23,10 @@ EXAMPLES = {
     "model.rotary_percent": "0.5", "cuda_graph.modules": "[attn]", "data.path": "/tmp/corpus",
     "data.split": "'90,5,5'", "train.min_lr": "0.0001", "logging.tensorboard.hparams": "[train.lr]",
     "logging.wandb.tags": "[a]", "model.moe.router_topk": "3", "model.rope_scaling_factor": "8",
-    "parallel.expert_model_parallel_size": "2",
+    "parallel.expert_model_parallel_size": "2", "cluster.gpu": "h100_sxm",
 }
+# What else turns a governor off where its `active` reads more than the governor
+ALSO_OFF = {"cluster.gpu": ["runtime.nproc_per_node=1"]}
 
 
 def field_type(key: str):
@@ -57,15 +61,16 @@ CASES = [(rule, key) for rule in TABLE for key in rule.keys]
 def governor_off(rule) -> list:
     """Overrides that turn the rule's governor off: none where the default config has it off,
     else the first value of the governor's type that does."""
-    if not rule.active(make()):
-        return []
+    also = ALSO_OFF.get(rule.keys[0], [])
+    if not rule.active(make(*also)):
+        return also
     kind = field_type(rule.governor)
     values = [m.value for m in kind] if issubclass(kind, Enum) else ["false", "true", "0", "1"]
     for value in values:
         override = f"{rule.governor}={value}"
         try:
-            if not rule.active(make(override)):
-                return [override]
+            if not rule.active(make(override, *also)):
+                return [override, *also]
         except ConfigError:
             continue
     raise AssertionError(f"no value of {rule.governor} turns it off")
@@ -151,3 +156,51 @@ def make_sweep_keys(recipe: str):
 
     text = resources.files("launcher.recipes").joinpath(f"{recipe}.yaml").read_text()
     return OmegaConf.create(text).hydra.sweeper.params.keys()
+
+
+GOVERNORS_OFF = [  # what a user types to turn a governor off, whatever the recipe set under it
+    "train.eval_interval=0", "profile=none", "train.checkpoint.interval=0",
+    "logging.tensorboard.enabled=false", "logging.wandb.mode=disabled",
+    "train.lr_schedule=constant", "model.recompute.granularity=null",
+]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_turning_the_governors_off_works_on_every_recipe(recipe):
+    """The recipe's keys under them become moot, not wrong: the run starts, and says so. (Each
+    key's rule reads its own governor only: all of them off at once is each of them off.)"""
+    extra = ["data.path=data/stdlib"] if recipe == "tiny_cpu_text" else []
+    overrides = [f"+recipe={recipe}", *extra, *GOVERNORS_OFF]
+    cfg = make(*overrides)
+    swept = list(make_sweep_keys(recipe)) if recipe.startswith("sweep_") else None
+    check_effect(cfg, swept=swept, given=given_keys(overrides))
+    for note in moot_notes(cfg, given_keys(overrides)):
+        assert note.split("=")[0] not in given_keys(overrides), note
+
+
+def test_a_key_the_user_sets_under_a_governor_the_user_turns_off_is_refused():
+    overrides = ["+recipe=tiny_cpu_text", "data.path=data/stdlib", "train.eval_interval=0"]
+    cfg = make(*overrides)
+    assert moot_notes(cfg, given_keys(overrides)) == (
+        "train.eval_iters=4 (not set on the command line) has no effect with "
+        "train.eval_interval=0",)
+    with pytest.raises(ConfigError, match=r"^train.eval_iters=3 has no effect with "
+                                          r"train.eval_interval=0; set train.eval_interval"):
+        given = [*overrides, "train.eval_iters=3"]
+        check_effect(make(*given), given=given_keys(given))
+
+
+def test_a_recipe_key_left_inert_by_nobody_on_the_command_line_is_still_refused():
+    """A governor the user did not touch: the composed config contradicts itself."""
+    overrides = ["model.moe.router_topk=4"]
+    with pytest.raises(ConfigError, match="has no effect with model.moe.num_experts=null"):
+        check_effect(make(*overrides), given=["train.steps"])
+
+
+def test_cluster_gpu_acts_in_a_run_only_where_it_states_the_ranks_per_node():
+    check_effect(make("cluster.gpu=h100_sxm"), given=["cluster.gpu"])
+    check_effect(make("cluster.gpu=h100_sxm", "runtime.nproc_per_node=1", "runtime.dry_run=true"))
+    with pytest.raises(ConfigError, match=r"^cluster.gpu=h100_sxm has no effect with "
+                                          r"runtime.dry_run=false; set runtime.dry_run=true"):
+        check_effect(make("cluster.gpu=h100_sxm", "runtime.nproc_per_node=1"))
+    check_effect(make("cluster.gpu=h100_sxm", "runtime.nproc_per_node=1"), swept=[])  # predicted
