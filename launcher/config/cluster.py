@@ -4,20 +4,25 @@ this project's CPU machines), each figure with its public source or the command 
 it. Hardware is data: a new GPU is a new file, no code.
 """
 
-from dataclasses import dataclass, fields
+import math
+import re
+import typing
+from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional
 
 from launcher.config.choices import ClusterKernels
-from launcher.config.error import ConfigError, size_or_null
+from launcher.config.error import ConfigError, size_or_null, text_or_null
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
 
 
 @dataclass(frozen=True)
 class Hardware:
-    """One accelerator kind and the network its machines come with, per GPU (per rank on a CPU)."""
+    """One accelerator kind and the network its machines come with, per GPU (per rank on a CPU).
+    The fields are the schema of a hardware file: read_hardware checks each figure against its
+    field's type and RANGES when the file is loaded."""
 
     name: str
     memory_gib: float
@@ -83,29 +88,153 @@ class Hardware:
         return self.at("latency_us", per_node) * 1e-6, gbps * 1e9
 
 
+# cluster.gpu names a file of hardware/, never a path: no `/`, no leading `.`
+NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+# What each kind of value must be, as said in a message, and the test (a bool is no number)
+TYPES = {
+    float: ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    int: ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    bool: ("true or false", lambda v: isinstance(v, bool)),
+    str: ("a string", lambda v: isinstance(v, str)),
+}
+
+# The range of each numeric figure beyond its type (Hardware's fields give the types); a tflops
+# entry takes tflops', a by_ranks entry its figure's. A zero rate would divide by zero, a
+# negative one predict negative times.
+RANGES = {
+    "memory_gib": "> 0", "tflops": "> 0", "matmul_fraction": "in (0, 1]", "hbm_gbps": "> 0",
+    "intra_node_gbps": "> 0", "inter_node_gbps": "> 0", "latency_us": ">= 0",
+    "nvlink_domain": "> 0", "gpus_per_node": "> 0", "layer_host_us": ">= 0",
+    "moe_layer_host_us": ">= 0", "step_host_us": ">= 0", "cores": ">= 0",
+}
+WITHIN = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in (0, 1]": lambda v: 0 < v <= 1}
+
+# The figures by_ranks may hold for a rank count (Hardware.at reads them)
+BY_RANKS = ("latency_us", "intra_node_gbps", "layer_host_us", "moe_layer_host_us",
+            "step_host_us")
+FIGURES = tuple(f.name for f in fields(Hardware))
+
+# The mappings: how each is written (for the fix), the names its keys may be (None: any of the
+# key type), and the figure whose range its entries take (None: the figure each key names)
+MAPPINGS = {
+    "tflops": ("{DTYPE: TFLOP/s}, e.g. {bf16: 989}", None, "tflops"),
+    "sources": ("{FIGURE: where it comes from}", FIGURES, "sources"),
+    "by_ranks": ("{RANKS: {FIGURE: VALUE}}, e.g. {2: {latency_us: 389.2}}", None,
+                 "by_ranks entry"),
+    "by_ranks entry": ("{FIGURE: VALUE}, e.g. {latency_us: 389.2}", BY_RANKS, None),
+}
+KEYS = {str: "a name", int: "a positive integer (a rank count)"}
+
+
 def hardware_names() -> list:
-    return sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+    """The names cluster.gpu takes: hardware/'s files whose names NAME accepts."""
+    return sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml") if NAME.fullmatch(p.stem))
 
 
 @lru_cache(maxsize=None)
 def load_hardware(name: str) -> Hardware:
-    """The figures of hardware/<name>.yaml."""
-    from omegaconf import OmegaConf
-
+    """The figures of hardware/<name>.yaml. Only a name: a path (`../x`, `/tmp/x`) would read
+    figures from outside the files this project ships and documents."""
+    if not NAME.fullmatch(name):
+        raise ConfigError(f"cluster.gpu={name} is not a name of hardware/ (a file's name, no "
+                          f"path); pick one of {', '.join(hardware_names())}, or add a new "
+                          "file hardware/NAME.yaml and set cluster.gpu=NAME")
     path = HARDWARE_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"cluster.gpu={name} has no hardware file; pick one of "
                           f"{', '.join(hardware_names())} (hardware/), or add "
                           f"hardware/{name}.yaml")
-    values = OmegaConf.to_container(OmegaConf.load(path))
-    known = {f.name for f in fields(Hardware)}
-    unknown = sorted(set(values) - known)
+    return read_hardware(path)
+
+
+def read_hardware(path: Path) -> Hardware:
+    """The figures of one hardware file, each checked against Hardware's field types and
+    RANGES: a file is data someone writes by hand, and a bad figure must be refused by name here
+    rather than met later as a negative time or a ZeroDivisionError in the prediction."""
+    where = f"hardware/{path.name}"
+    values = read_yaml(path, where)
+    unknown = sorted(set(values) - set(FIGURES), key=str)
     if unknown:
-        raise ConfigError(f"hardware/{name}.yaml has {unknown[0]}, which is not a "
-                          f"hardware figure; use {', '.join(sorted(known))}")
-    if values.get("by_ranks"):
-        values["by_ranks"] = {int(k): v for k, v in values["by_ranks"].items()}
+        raise ConfigError(f"{where} has {unknown[0]}, which is not a hardware figure; "
+                          f"use {', '.join(sorted(FIGURES))}")
+    for f in fields(Hardware):
+        if f.name not in values and f.default is MISSING:
+            raise ConfigError(f"{where} has no {f.name}; add {f.name} to it (Hardware in "
+                              "launcher/config/cluster.py says what each figure is)")
+        if f.name in values:
+            check_value(where, f.name, values[f.name], f.type, f.name)
     return Hardware(**values)
+
+
+def read_yaml(path: Path, where: str) -> dict:
+    """The file as plain data; a file that is no YAML mapping, in one line (the parser's line
+    and column where it has them)."""
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        values = OmegaConf.to_container(OmegaConf.load(path))
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        raise ConfigError(f"{where} is not valid YAML: {err.problem or err.context} at line "
+                          f"{mark.line + 1}, column {mark.column + 1}; fix the file there")
+    except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, OSError) as err:
+        said = str(err).strip().splitlines()[0]
+        raise ConfigError(f"{where} cannot be read: {said}; fix the file")
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where} holds {shown(values)}, not a mapping of figures; write "
+                          "one `figure: value` a line, as the shipped files do")
+    return values
+
+
+def check_value(where: str, key: str, value, tp, figure: str) -> None:
+    """`value` of the dotted `key` against its field type `tp` (Optional takes null; a Dict
+    each entry) and against `figure`'s range."""
+    if typing.get_origin(tp) is typing.Union:
+        if value is None:
+            return
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    if typing.get_origin(tp) is dict:
+        return check_mapping(where, key, value, tp, figure)
+    said, test = TYPES[tp]
+    if not test(value):
+        raise ConfigError(f"{where}: {key}={shown(value)} is not {said}; give {key} {said}")
+    if tp in (int, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: {key}={shown(value)} is not a finite number; give {key} "
+                          "a finite number")
+    bound = RANGES.get(figure)
+    if bound and not WITHIN[bound](value):
+        raise ConfigError(f"{where}: {key}={shown(value)} must be {bound}; set {key} to "
+                          f"{said} {bound}")
+
+
+def check_mapping(where: str, key: str, value, tp, figure: str) -> None:
+    """One of MAPPINGS: the keys' types and names, then each entry."""
+    written, names, entries = MAPPINGS[figure]
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {key}={shown(value)} is not a mapping; give {key} as "
+                          f"{written}")
+    key_type, value_type = typing.get_args(tp)
+    said = KEYS[key_type]
+    for name, entry in value.items():
+        if not TYPES[key_type][1](name) or (key_type is int and name < 1):
+            raise ConfigError(f"{where}: {key} has the key {shown(name)}, which is not {said}; "
+                              f"make each key of {key} {said}")
+        if names is not None and name not in names:
+            raise ConfigError(f"{where}: {key} has {name}, which is not a figure it may hold; "
+                              f"use {', '.join(names)}")
+        check_value(where, f"{key}.{name}", entry, value_type, entries or name)
+
+
+
+def shown(value) -> str:
+    """A value as the file would write it: null, true, a quoted string (the quotes tell a
+    string from a number)."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 @dataclass
@@ -115,8 +244,9 @@ class ClusterConfig:
     (launcher.config.world)."""
 
     gpu: Optional[str] = None
-    """A file of hardware/ (h100_sxm, h200_sxm, b200, gb200, cpu_2core); null: the dry
-    run predicts no time."""
+    """The name of a file in hardware/, not a path (h100_sxm, h200_sxm, b200, gb200,
+    cpu_2core; another GPU kind is a new file hardware/NAME.yaml); null: the dry run predicts
+    no time. Each file's figures are checked against Hardware's fields when it is loaded."""
     gpus_per_node: Optional[int] = None
     """Ranks (GPUs) per node, as runtime.nproc_per_node states it for a run; null: what
     runtime.nproc_per_node or the Slurm launcher says, else the hardware file's gpus_per_node
@@ -138,6 +268,7 @@ class ClusterConfig:
     def __post_init__(self):
         for key in ("gpus_per_node", "nodes", "recipe_gpus_per_node", "recipe_nodes"):
             size_or_null(f"cluster.{key}", getattr(self, key))
+        text_or_null("cluster.gpu", self.gpu)
         if self.gpu is not None:
             load_hardware(str(self.gpu))
 

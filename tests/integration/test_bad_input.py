@@ -181,6 +181,13 @@ CATALOGUE = [
                               "train.lr_schedule=constant; set train.lr_schedule=cosine or linear"),
     (["sweep.tune=true", "sweep.min_repeats=1"], "sweep.tune=true has no effect in a single run "
                                                  "(it configures a sweep); add -m"),
+    # hardware files
+    (["cluster.gpu=../hardware/h100_sxm", "runtime.dry_run=true"],
+     "cluster.gpu=../hardware/h100_sxm is not a name of hardware/ (a file's name, no path); "
+     "pick one of b200,"),
+    (["cluster.gpu=/etc/hostname", "runtime.dry_run=true"],
+     "cluster.gpu=/etc/hostname is not a name of hardware/ (a file's name, no path); pick one "
+     "of b200,"),
 ]
 
 # Where a one-cell sweep must answer otherwise than the run, and why
