@@ -188,6 +188,34 @@ CATALOGUE = [
     (["cluster.gpu=/etc/hostname", "runtime.dry_run=true"],
      "cluster.gpu=/etc/hostname is not a name of hardware/ (a file's name, no path); pick one "
      "of b200,"),
+    # keys that act only where another setting gives them effect (launcher.config.effect)
+    (["cluster.gpu=h100_sxm", "runtime.nproc_per_node=1"],
+     "cluster.gpu=h100_sxm has no effect with runtime.dry_run=false; set runtime.dry_run=true"),
+    (["cluster.kernels=installed"], "cluster.kernels=installed has no effect with "
+                                    "runtime.dry_run=false; set runtime.dry_run=true"),
+    (["-m", "sweep.pending_limit_min=5"], "sweep.pending_limit_min=5.0 has no effect with "
+                                          "hydra/launcher=basic (only a Slurm launcher reads it)"),
+    # the no-effect rule judges what the user set: a key set under a governor the user turns off
+    (["+recipe=tiny_cpu_text", "data.path=/tmp/corpus", "train.eval_interval=0",
+      "train.eval_iters=3"], "train.eval_iters=3 has no effect with train.eval_interval=0"),
+    # found before anything is planned: the sweep's own keys and folder, Hydra's flags and
+    # folders, a blend weight
+    (["-m", "sweep.allow_numerics_change=true"],
+     "sweep.allow_numerics_change=true has no effect with sweep.tune=false; set sweep.tune=true"),
+    (["-m", "sweep.memory_limit_gib=10"],
+     "sweep.memory_limit_gib=10.0 has no effect with sweep.tune=false; set sweep.tune=true"),
+    (["-m", "hydra.sweep.dir=/etc/hostname"],
+     "hydra.sweep.dir=/etc/hostname cannot be written (/etc/hostname is a file); set "
+     "hydra.sweep.dir"),
+    (["-m", "hydra.sweep.dir=/tmp/${oc.env:LAUNCH_UNSET_VARIABLE}"],
+     "hydra.sweep.dir: KeyError raised while resolving interpolation: \"Environment variable "
+     "'LAUNCH_UNSET_VARIABLE' not found\"; fix the ${...} it holds"),
+    (["hydra.run.dir=/tmp/${oc.env:LAUNCH_UNSET_VARIABLE}"],
+     "hydra.run.dir: KeyError raised while resolving interpolation"),
+    (["--cfg=jobs"], "argument --cfg/-c: invalid choice: 'jobs' (choose from 'job', 'hydra', "
+                     "'all'); see launch --help"),
+    (["data=indexed", "data.path='nan /a 0.5 /b'"],
+     "weights and prefixes must alternate, weights positive and finite"),
 ]
 
 # Where a one-cell sweep must answer otherwise than the run, and why
@@ -195,6 +223,8 @@ RUN_ONLY = {
     "hydra.run.dir": "a sweep's folder is hydra.sweep.dir (the catalogue has its own entry)",
     "data.split=98,2,0": "the comma that makes the run ambiguous makes a sweep of three cells",
     "sweep.tune=true": "the sweep keys act in a sweep: that is the refusal's point",
+    "cluster.gpu=h100_sxm": "a sweep's plan predicts each cell on cluster.gpu: there it acts",
+    "cluster.kernels=installed": "a sweep's plan predicts each cell with cluster.kernels",
 }
 
 
