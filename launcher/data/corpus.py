@@ -10,7 +10,7 @@ import ast
 import json
 import os
 import sysconfig
-from typing import Iterator
+from typing import Iterator, Tuple
 
 from launcher.files import write_text_atomic
 
@@ -66,10 +66,17 @@ def stdlib_documents(root: str) -> Iterator[str]:
                 return
 
 
+def stdlib_corpus() -> Tuple[str, int]:
+    """The standard-library docstring corpus as JSONL text, and its number of documents: built
+    in memory, so a caller can compare it with a file before writing over it."""
+    root = sysconfig.get_paths()["stdlib"]
+    lines = [json.dumps({"text": text}, ensure_ascii=False) for text in stdlib_documents(root)]
+    return "".join(line + "\n" for line in lines), len(lines)
+
+
 def write_stdlib_corpus(path: str) -> int:
     """Writes the standard-library docstring corpus to `path` (JSONL, written atomically);
     returns the number of documents."""
-    root = sysconfig.get_paths()["stdlib"]
-    lines = [json.dumps({"text": text}, ensure_ascii=False) for text in stdlib_documents(root)]
-    write_text_atomic(path, "".join(line + "\n" for line in lines))
-    return len(lines)
+    text, count = stdlib_corpus()
+    write_text_atomic(path, text)
+    return count

@@ -3,14 +3,22 @@
     launch-prepare docs.jsonl notes.txt --output data/corpus --tokenizer byte
     launch-prepare --stdlib-corpus --output data/stdlib --tokenizer byte
 
-A `.jsonl` input holds one JSON object per line, the document under --json-key (default `text`);
-any other file is one document of plain UTF-8 text. Each document is tokenized, ends with the
-tokenizer's eod (unless --no-append-eod), and is written by megatron-core's own
-`IndexedDatasetBuilder`; PREFIX.json records the tokenizer and the counts. Blank documents are
-left out.
+A `.jsonl` or `.json` input is JSON lines, as Megatron-LM's tools/preprocess_data.py reads them:
+one JSON object per line, the document under --json-key (default `text`). A JSON array or object
+spread over many lines is refused by name (it is not JSON lines, and read as text it would be one
+document of JSON syntax). Any other file is plain UTF-8 text, one document or cut by --split-on.
+Each document is tokenized, ends with the tokenizer's eod (unless --no-append-eod), and is written
+by megatron-core's own `IndexedDatasetBuilder`; PREFIX.json records the tokenizer and the counts.
+Blank documents are left out.
 
 Every input is read once to check it before anything is written: a bad line at the end of a large
 file fails in seconds, not after the tokenizing, and before megatron-core (slow to import) loads.
+No output is an input: each file the tool writes (PREFIX.bin/.idx/.json) is compared with each
+input as a file, by device and inode, so another spelling, a symlink or a hard link is caught
+(`corpus.json --output corpus` would write PREFIX.json over the corpus), and a clash is refused.
+The temporary files are new ones (mkstemp creates them exclusively), so none is an input.
+--stdlib-corpus writes PREFIX.jsonl only where there is no file, keeps the same corpus there, and
+refuses any other file (a corpus.jsonl of the user's beside `--output corpus`).
 The .bin and .idx are written under temporary names and renamed at the end, so PREFIX.bin/.idx are
 the previous ones or the whole new ones, never half-written. Bad input prints one line naming the
 file and the fix, and exits 2.
@@ -23,13 +31,20 @@ import re
 import sys
 import tempfile
 import time
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
-from launcher.files import replaced_whole, write_json_atomic
+from launcher.files import replaced_whole, write_json_atomic, write_text_atomic
 from launcher.data.tokenizer import TokenizerError, load_tokenizer
 
 PROG = "launch-prepare"
 OUTPUT_SUFFIXES = (".bin", ".idx", ".json")
+CORPUS_SUFFIX = ".jsonl"
+"""--stdlib-corpus writes the corpus to PREFIX.jsonl and prepares that."""
+JSON_LINES_SUFFIXES = (".jsonl", ".json")
+"""Inputs read as JSON lines; Megatron-LM's preprocess_data.py reads `.json` files so."""
+OTHER_PREFIX = "_text_document"
+"""Appended to a prefix that would write over an input: the suffix Megatron-LM's
+preprocess_data.py gives its outputs (PREFIX_text_document.bin), so users know the name."""
 
 
 class PrepareError(ValueError):
@@ -49,14 +64,17 @@ def parse_args(argv) -> argparse.Namespace:
     parser = ArgumentParser(prog=PROG, description="Tokenize text files into megatron-core's "
                             "indexed dataset: PREFIX.bin, PREFIX.idx and PREFIX.json.")
     parser.add_argument("inputs", nargs="*", metavar="INPUT",
-                        help=".jsonl files (one JSON object per line) or plain text files "
-                             "(cut into documents by --split-on)")
+                        help=".jsonl or .json files (JSON lines: one JSON object per line, as "
+                             "Megatron-LM's preprocess_data.py reads) or plain text files (cut "
+                             "into documents by --split-on); never written to")
     parser.add_argument("--output", required=True, metavar="PREFIX",
-                        help="output prefix: writes PREFIX.bin, PREFIX.idx and PREFIX.json")
+                        help="output prefix: writes PREFIX.bin, PREFIX.idx and PREFIX.json; "
+                             "refused where one of them is an INPUT")
     parser.add_argument("--tokenizer", required=True, metavar="NAME",
                         help="`byte`, or a Hugging Face tokenizer directory or tokenizer.json")
     parser.add_argument("--json-key", default="text", metavar="KEY",
-                        help="the key holding the document in each JSONL object (default: text)")
+                        help="the key holding the document in each object of a .jsonl or .json "
+                             "file (default: text)")
     parser.add_argument("--split-on", default="file", type=split_rule, metavar="RULE",
                         help="how a plain text file is cut into documents: `file` (the whole "
                              "file, the default), `blank` (on blank lines, as paragraphs), or "
@@ -65,24 +83,89 @@ def parse_args(argv) -> argparse.Namespace:
                         help="end each document with the tokenizer's eod token (default: on)")
     parser.add_argument("--stdlib-corpus", action="store_true",
                         help="instead of INPUTs, write the Python standard library's docstrings "
-                             "to PREFIX.jsonl and prepare that")
+                             "to PREFIX.jsonl and prepare that (a PREFIX.jsonl already there is "
+                             "kept if it is that corpus, refused if not)")
     args = parser.parse_args(argv)
     if args.stdlib_corpus and args.inputs:
         parser.error("give INPUT files or --stdlib-corpus, not both")
     if not args.stdlib_corpus and not args.inputs:
-        parser.error("no INPUT files; give .jsonl or text files, or --stdlib-corpus")
+        parser.error("no INPUT files; give .jsonl, .json or text files, or --stdlib-corpus")
     return args
 
 
-def check_output(prefix: str) -> None:
-    """PREFIX names files in a writable directory (created if missing), not a directory itself."""
+def output_paths(prefix: str) -> List[str]:
+    """The files `--output prefix` writes from its inputs: checked against them before anything
+    is written. (PREFIX.jsonl, which --stdlib-corpus writes, is that mode's one input:
+    `write_corpus` guards it.)"""
+    return [prefix + suffix for suffix in OUTPUT_SUFFIXES]
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: by (st_dev, st_ino) where both exist, so another
+    spelling, a symlink or a hard link is caught; by the resolved path otherwise."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): the same file only if the same resolved path
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def overwritten_input(prefix: str, inputs: List[str]) -> Optional[Tuple[str, str]]:
+    """The first (input, output) pair where an output of `prefix` is an input, else None."""
+    for output in output_paths(prefix):
+        for path in inputs:
+            if same_file(output, path):
+                return path, output
+    return None
+
+
+def free_prefix(prefix: str, inputs: List[str]) -> Optional[str]:
+    """`prefix`, or Megatron-LM's PREFIX_text_document where `prefix` would write over an
+    input; None where that would too. The prefix a refusal suggests."""
+    for candidate in (prefix, prefix + OTHER_PREFIX):
+        if overwritten_input(candidate, inputs) is None:
+            return candidate
+    return None
+
+
+def check_prefix(prefix: str, inputs: List[str]) -> None:
+    """PREFIX names files, not a directory, and is given without a suffix the tool adds."""
     if prefix.endswith(os.sep) or os.path.isdir(prefix):
         raise PrepareError(f"--output {prefix} is a directory; give a prefix in it, like "
                            f"{os.path.join(prefix, 'corpus')}")
     stem, suffix = os.path.splitext(prefix)
     if suffix in OUTPUT_SUFFIXES:
-        raise PrepareError(f"--output {prefix}: give the prefix without {suffix} ({stem}); "
-                           "the .bin, .idx and .json are added to it")
+        other = free_prefix(stem, inputs)
+        if other == stem:
+            fix = f"give the prefix without {suffix} ({stem})"
+        else:  # the stem is an input's name: `corpus.json --output corpus.json`
+            like = f", like {other}" if other else ""
+            fix = f"give a prefix without {suffix}{like} ({stem} would write over an input)"
+        raise PrepareError(f"--output {prefix}: {fix}; the .bin, .idx and .json are added to it")
+
+
+def check_not_inputs(prefix: str, inputs: List[str]) -> None:
+    """No file the tool writes is an input: `corpus.json --output corpus` would write PREFIX.json
+    over the user's corpus."""
+    clash = overwritten_input(prefix, inputs)
+    if clash is None:
+        return
+    path, output = clash
+    other = free_prefix(prefix, inputs)
+    like = f", like {other}" if other else ""
+    raise PrepareError(f"--output {prefix} would write {output}, the same file as the input "
+                       f"{path}; pick another --output{like}")
+
+
+def check_output(prefix: str, inputs: List[str]) -> None:
+    """Before anything is written: PREFIX is a prefix, none of its files is an input, and its
+    directory takes files (the one check that writes: it may create the directory)."""
+    check_prefix(prefix, inputs)
+    check_not_inputs(prefix, inputs)
+    make_output_folder(prefix)
+
+
+def make_output_folder(prefix: str) -> None:
+    """PREFIX's directory exists (created if missing) and takes a new file."""
     folder = os.path.dirname(os.path.abspath(prefix))
     try:
         os.makedirs(folder, exist_ok=True)
@@ -112,7 +195,7 @@ def jsonl_text(path: str, number: int, line: str, json_key: str) -> str:
     """The document on line `number` of a JSONL file."""
     where = f"input {path} line {number}"
     try:
-        obj = json.loads(line)
+        obj = json.loads(line.rstrip("\r\n"))  # an error's column counts on this line
     except json.JSONDecodeError as err:
         raise PrepareError(f"{where} is not JSON ({err.msg}, column {err.colno}); fix or remove "
                            "the line") from None
@@ -130,12 +213,44 @@ def jsonl_text(path: str, number: int, line: str, json_key: str) -> str:
     return text
 
 
+def left_open(line: str) -> bool:
+    """Whether a line starts a JSON array or object that does not end on it: the first line of
+    one pretty-printed over many lines (`[` or `{`), not a line that is broken."""
+    text = line.strip()
+    if text[:1] not in ("[", "{"):
+        return False
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as err:
+        return err.pos >= len(text)  # the parser ran out of line, not into a bad character
+    return False
+
+
+def spread_over_lines(path: str, line: str) -> PrepareError:
+    """The refusal of a JSON array or object over many lines, with the command that converts it."""
+    kind, jq = ("array", "'.[]'") if line.strip()[0] == "[" else ("object", ".")
+    jsonl = os.path.splitext(os.path.basename(path))[0] + ".jsonl"
+    return PrepareError(f"input {path} is one JSON {kind} over many lines, not JSON lines; "
+                        f"convert it to one object per line, e.g. jq -c {jq} {path} > {jsonl}")
+
+
 def read_jsonl(path: str, json_key: str) -> Iterator[str]:
-    """The documents of a JSONL file; blank lines are skipped."""
+    """The documents of a JSON-lines file (.jsonl or .json); blank lines are skipped. A JSON
+    array or object over many lines is refused at its first line."""
     with open(path, encoding="utf-8", newline="") as f:
+        first = True
         for number, line in enumerate(f, start=1):
-            if line.strip():
-                yield jsonl_text(path, number, line, json_key)
+            if not line.strip():
+                continue
+            if first and left_open(line) and any(rest.strip() for rest in f):
+                raise spread_over_lines(path, line)
+            first = False
+            yield jsonl_text(path, number, line, json_key)
+
+
+def is_json_lines(path: str) -> bool:
+    """Whether an input is read as JSON lines: by its suffix, as Megatron-LM reads them."""
+    return path.lower().endswith(JSON_LINES_SUFFIXES)
 
 
 def split_rule(text: str) -> tuple:
@@ -165,8 +280,7 @@ def read_text(path: str, rule: tuple = ("file", 0)) -> Iterator[str]:
 def read_documents(paths: List[str], json_key: str, rule: tuple = ("file", 0)) -> Iterator[str]:
     """Every non-blank document of the inputs, in order."""
     for path in paths:
-        reader = read_jsonl(path, json_key) if path.lower().endswith(".jsonl") \
-            else read_text(path, rule)
+        reader = read_jsonl(path, json_key) if is_json_lines(path) else read_text(path, rule)
         try:
             for text in reader:
                 if text.strip():
@@ -300,8 +414,8 @@ def prepare(paths: List[str], prefix: str, tokenizer, json_key: str = "text",
     """Checks the inputs and the output, writes PREFIX.bin/.idx/.json with `tokenizer` (from
     `load_tokenizer`); returns the metadata. Bad input raises PrepareError (one line) before
     anything is written."""
-    check_output(prefix)
     check_inputs(paths)
+    check_output(prefix, paths)
     total = count_documents(paths, json_key, rule)
     num_documents, num_tokens = write_dataset(prefix, paths, json_key, tokenizer, append_eod,
                                               total, rule)
@@ -312,13 +426,36 @@ def prepare(paths: List[str], prefix: str, tokenizer, json_key: str = "text",
     return metadata
 
 
-def write_corpus(prefix: str) -> str:
-    """The standard-library docstring corpus as PREFIX.jsonl; returns its path."""
-    from launcher.data.corpus import write_stdlib_corpus
+def check_corpus_file(prefix: str, path: str, data: bytes) -> None:
+    """A PREFIX.jsonl already there is this corpus (the same bytes: kept) or the user's own file,
+    which --stdlib-corpus must not write over: `--output corpus` beside a corpus.jsonl."""
+    try:
+        if os.path.getsize(path) == len(data):  # a large corpus of the user's is not read
+            with open(path, "rb") as f:
+                if f.read() == data:
+                    return
+    except OSError:  # unreadable: not a corpus this tool can vouch for
+        pass
+    raise PrepareError(f"--output {prefix}: {path} exists and is not the standard-library "
+                       "corpus this Python makes, which --stdlib-corpus writes there; pick another "
+                       f"--output, or move {path} away")
 
-    check_output(prefix)
-    path = prefix + ".jsonl"
-    count = write_stdlib_corpus(path)
+
+def write_corpus(prefix: str) -> str:
+    """The standard-library docstring corpus as PREFIX.jsonl, the input of the prepare that
+    follows; returns its path. Checked as that input before it is written; a file already there
+    is kept if it holds this corpus and refused if not (it is the user's)."""
+    from launcher.data.corpus import stdlib_corpus
+
+    path = prefix + CORPUS_SUFFIX
+    check_prefix(prefix, [])
+    check_not_inputs(prefix, [path])
+    text, count = stdlib_corpus()
+    if os.path.exists(path):
+        check_corpus_file(prefix, path, text.encode())
+    else:
+        make_output_folder(prefix)
+        write_text_atomic(path, text)
     print(f"[prepare] {count} standard-library docstrings -> {path}")
     return path
 

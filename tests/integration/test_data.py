@@ -145,3 +145,99 @@ def test_the_text_cut_into_documents_trains_the_gpt_recipe_with_its_vocabulary(o
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["config"]["model"]["vocab_size"] == 258
     assert summary["metrics"]["final_valid_loss"] is not None
+
+
+AUDIT = Path(__file__).with_name("prepare_audit.py")
+
+
+def user_inputs(folder: Path) -> list:
+    """A user's files in folder/data: JSON lines as books.json and web.jsonl, notes.txt, x.bin
+    (plain text named like an output), hard.json (a hard link to books.json) and alias.json (a
+    symlink to web.jsonl); folder/link is a symlink to folder/data. Returns the input paths."""
+    data = folder / "data"
+    data.mkdir()
+    (data / "books.json").write_text('{"text": "a book"}\n{"text": "another book"}\n')
+    (data / "web.jsonl").write_text('{"text": "a web page"}\n')
+    (data / "notes.txt").write_text("some notes\n\nin two paragraphs\n")
+    (data / "x.bin").write_text("plain text in a file named like an output\n")
+    os.link(data / "books.json", data / "hard.json")
+    (data / "alias.json").symlink_to("web.jsonl")
+    (folder / "link").symlink_to(data, target_is_directory=True)
+    return [data / name for name in ("books.json", "web.jsonl", "notes.txt", "x.bin",
+                                     "hard.json", "alias.json")]
+
+
+def audit_cases(folder: Path) -> list:
+    """(cwd, argv, refused) for every way of naming an output after an input: the input's stem
+    relative and absolute, the input with its extension, through the symlinked folder, through
+    `..`, a hard link's and a symlink's name, all inputs at once, and --stdlib-corpus beside the
+    user's web.jsonl. Refused: the stems books and x (PREFIX.json, PREFIX.bin are inputs), an
+    input's name ending in .json or .bin (a suffix the tool adds), and --stdlib-corpus."""
+    data, cases = folder / "data", []
+    for name in ("books.json", "web.jsonl", "notes.txt", "x.bin"):
+        stem = name.split(".")[0]
+        clash = stem in ("books", "x")
+        cases += [(data, [name, "--output", stem], clash),
+                  (folder, [data / name, "--output", data / stem], clash),
+                  (folder, [f"data/{name}", "--output", f"link/{stem}"], clash),
+                  (folder, [f"link/{name}", "--output", f"data/../data/{stem}"], clash),
+                  (data, [name, "--output", name], name.endswith((".json", ".bin")))]
+    everything = ["books.json", "web.jsonl", "notes.txt", "x.bin"]
+    cases += [(data, ["books.json", "--output", "hard"], True),
+              (data, ["web.jsonl", "--output", "alias"], True),
+              (folder, [*(f"link/{n}" for n in everything), "--output", data / "x"], True),
+              (data, [*everything, "--output", "all"], False),
+              (data, ["--stdlib-corpus", "--output", "web"], True)]
+    cases.sort(key=lambda case: not case[2])  # the refusals first: megatron is not loaded yet
+    return [(cwd, [str(a) for a in argv] + ["--tokenizer", "byte"], refused)
+            for cwd, argv, refused in cases]
+
+
+def test_prepare_never_opens_an_input_for_writing(tmp_path):
+    inputs = user_inputs(tmp_path)
+    before = {path: path.read_bytes() for path in inputs}
+    files = {(path.stat().st_dev, path.stat().st_ino) for path in inputs}
+    names = {os.path.realpath(path) for path in inputs} | {str(path) for path in inputs}
+    cases = audit_cases(tmp_path)
+    (tmp_path / "cases.json").write_text(json.dumps([{"cwd": str(cwd), "argv": argv}
+                                                     for cwd, argv, _ in cases]))
+    proc = run(sys.executable, AUDIT, tmp_path / "cases.json", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout)
+    for (_, argv, refused), result in zip(cases, results):
+        for write in result["writes"]:
+            assert write["event"] != "hook-error", write
+            assert tuple(write["identity"] or ()) not in files, (argv, write)
+            assert write["realpath"] not in names, (argv, write)
+        assert result["code"] == (2 if refused else 0), (argv, result["stderr"])
+        if refused:
+            lines = result["stderr"].splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: "), (argv, lines)
+        else:  # the hook saw the dataset written: the check above is not vacuous
+            assert any(w["event"] == "os.rename" and w["path"].endswith(".idx")
+                       for w in result["writes"]), (argv, result["writes"])
+    refusals = sum(refused for _, _, refused in cases)
+    assert not any(result["megatron"] for result in results[:refusals])
+    assert {path: path.read_bytes() for path in inputs} == before
+    assert os.readlink(tmp_path / "data" / "alias.json") == "web.jsonl"
+    assert os.path.samefile(tmp_path / "data" / "hard.json", tmp_path / "data" / "books.json")
+
+
+def test_stdlib_corpus_keeps_its_own_file_and_refuses_the_users(corpus, tmp_path):
+    shutil.copy(f"{corpus}.jsonl", tmp_path / "std.jsonl")  # a corpus made before
+    made = (tmp_path / "std.jsonl").stat().st_ino
+    proc = run(BIN / "launch-prepare", "--stdlib-corpus", "--output", "std", "--tokenizer", "byte",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "std.jsonl").stat().st_ino == made  # kept, not written again
+    assert (tmp_path / "std.idx").exists()
+    (tmp_path / "mine.jsonl").write_text('{"text": "my own corpus"}\n')
+    proc = run(BIN / "launch-prepare", "--stdlib-corpus", "--output", "mine", "--tokenizer",
+               "byte", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "error: --output mine: mine.jsonl exists and is not the standard-library corpus this "
+        "Python makes, which --stdlib-corpus writes there; pick another --output, or move "
+        "mine.jsonl away"]
+    assert (tmp_path / "mine.jsonl").read_text() == '{"text": "my own corpus"}\n'
+    assert not list(tmp_path.glob("mine.*[!l]"))  # no mine.bin, .idx or .json

@@ -170,6 +170,12 @@ def test_an_interrupted_write_keeps_the_previous_dataset(tmp_path):
     assert len(read_dataset(prefix)) == 1
 
 
+def spread(folder, *lines):
+    """A .json file holding one JSON value pretty-printed over `lines`: not JSON lines."""
+    (folder / "spread.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return "spread.json"
+
+
 def bad_jsonl(folder, lines):
     path = folder / "bad.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -193,13 +199,20 @@ BAD_INPUT = [
     (lambda d: ["empty.txt", "--output", "out.bin"], r"--output out.bin: give the prefix without "
                                                      r"\.bin \(out\)"),
     (lambda d: ["empty.txt", "--tokenizer", "gpt9"], r"tokenizer gpt9: not `byte`"),
-    (lambda d: [], r"no INPUT files; give .jsonl or text files, or --stdlib-corpus"),
+    (lambda d: [], r"no INPUT files; give .jsonl, .json or text files, or --stdlib-corpus"),
+    (lambda d: [spread(d, "[", '  {"text": "a"},', '  {"text": "b"}', "]")],
+     r"^error: input spread.json is one JSON array over many lines, not JSON lines; convert it to "
+     r"one object per line, e.g. jq -c '\.\[\]' spread.json > spread.jsonl$"),
+    (lambda d: [spread(d, "{", '  "text": "a"', "}")],
+     r"^error: input spread.json is one JSON object over many lines, not JSON lines; convert it "
+     r"to one object per line, e.g. jq -c \. spread.json > spread.jsonl$"),
 ]
 
 
 @pytest.mark.parametrize("make_args, message", BAD_INPUT, ids=[
     "missing_file", "not_json", "no_key", "not_object", "not_string", "no_documents", "not_utf8",
-    "unwritable_output", "output_with_suffix", "unknown_tokenizer", "no_inputs"])
+    "unwritable_output", "output_with_suffix", "unknown_tokenizer", "no_inputs",
+    "json_array_over_lines", "json_object_over_lines"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, make_args, message):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
@@ -251,3 +264,81 @@ def test_split_on_a_bad_rule_is_one_line_and_exit_2(tmp_path, capsys):
               "--split-on", "lines:0"])
     assert exit_.value.code == 2
     assert "'lines:0' is not file, blank or lines:N" in capsys.readouterr().err
+
+
+def test_a_json_file_is_read_as_json_lines(tmp_path, capsys):
+    lines = "".join(json.dumps({"text": text}) + "\n" for text in JSONL_TEXTS)
+    (tmp_path / "c.json").write_text(lines, encoding="utf-8")
+    (tmp_path / "c.jsonl").write_text(lines, encoding="utf-8")
+    for name in ("c.json", "c.jsonl"):
+        main([str(tmp_path / name), "--output", str(tmp_path / name.replace(".", "_")),
+              "--tokenizer", "byte"])
+        assert "[prepare] 2 documents," in capsys.readouterr().out
+    check_round_trip(tmp_path / "c_json", ByteTokenizer(), JSONL_TEXTS)
+    for suffix in (".bin", ".idx"):  # the same dataset as from the .jsonl
+        assert (tmp_path / f"c_json{suffix}").read_bytes() == \
+            (tmp_path / f"c_jsonl{suffix}").read_bytes()
+
+
+def user_folder(folder):
+    """A user's data: JSON-lines corpus.json and corpus.jsonl, x.bin (plain text named like an
+    output), hard.json (a hard link to corpus.json), alias.json (a symlink to corpus.jsonl) and
+    link (a symlink to the folder itself)."""
+    (folder / "corpus.json").write_text('{"text": "the corpus"}\n')
+    (folder / "corpus.jsonl").write_text('{"text": "another corpus"}\n')
+    (folder / "x.bin").write_text("plain text in a file named like an output\n")
+    os.link(folder / "corpus.json", folder / "hard.json")
+    (folder / "alias.json").symlink_to("corpus.jsonl")
+    (folder / "link").symlink_to(folder, target_is_directory=True)
+
+
+def snapshot(folder):
+    """Every entry under `folder` (symlinks not followed): its bytes, or where a symlink points."""
+    entries = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = Path(root, name)
+            entries[str(path.relative_to(folder))] = (
+                os.readlink(path) if path.is_symlink() else path.read_bytes() if path.is_file()
+                else "dir")
+    return entries
+
+
+OTHER = "pick another --output, like {}_text_document"
+COLLISIONS = [
+    (["corpus.json", "--output", "corpus"], "--output corpus would write corpus.json, the same "
+     "file as the input corpus.json; " + OTHER.format("corpus")),
+    (["{d}/corpus.json", "--output", "corpus"], "--output corpus would write corpus.json, the "
+     "same file as the input {d}/corpus.json; " + OTHER.format("corpus")),
+    (["corpus.json", "--output", "../{name}/corpus"], "--output ../{name}/corpus would write "
+     "../{name}/corpus.json, the same file as the input corpus.json; "
+     + OTHER.format("../{name}/corpus")),
+    (["corpus.json", "--output", "link/corpus"], "--output link/corpus would write "
+     "link/corpus.json, the same file as the input corpus.json; " + OTHER.format("link/corpus")),
+    (["corpus.json", "--output", "hard"], "--output hard would write hard.json, the same file as "
+     "the input corpus.json; " + OTHER.format("hard")),
+    (["corpus.jsonl", "--output", "alias"], "--output alias would write alias.json, the same file "
+     "as the input corpus.jsonl; " + OTHER.format("alias")),
+    (["x.bin", "--output", "x"], "--output x would write x.bin, the same file as the input x.bin; "
+     + OTHER.format("x")),
+    (["corpus.jsonl", "link/x.bin", "--output", "{d}/x"], "--output {d}/x would write {d}/x.bin, "
+     "the same file as the input link/x.bin; " + OTHER.format("{d}/x")),
+    (["corpus.json", "--output", "corpus.json"], "--output corpus.json: give a prefix without "
+     ".json, like corpus_text_document (corpus would write over an input); the .bin, .idx and "
+     ".json are added to it"),
+]
+
+
+@pytest.mark.parametrize("args, message", COLLISIONS, ids=[
+    "json_stem", "absolute_input", "relative_output", "symlinked_folder", "hard_link",
+    "output_is_a_symlink_to_the_input", "input_named_like_an_output", "several_inputs",
+    "input_as_output"])
+def test_an_output_that_is_an_input_is_refused_and_nothing_written(tmp_path, args, message):
+    user_folder(tmp_path)
+    before = snapshot(tmp_path)
+    names = {"d": tmp_path, "name": tmp_path.name}
+    proc = subprocess.run([*PREPARE, *(a.format(**names) for a in args), "--tokenizer", "byte"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == ["error: " + message.format(**names)]
+    assert snapshot(tmp_path) == before
