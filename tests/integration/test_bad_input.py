@@ -471,3 +471,15 @@ def test_a_damaged_dataset_is_refused_before_any_rank(prepared, tmp_path, spoil,
     assert len(lines) == 1 and lines[0].startswith("error: data.path: ") and expected in lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
     assert not (run_dir / "summary.json").exists()
+
+
+def test_turning_evaluation_off_on_a_recipe_that_sets_it_trains_and_says_so(prepared, tmp_path):
+    """The recipe's train.eval_iters is moot under the user's train.eval_interval=0: a note at
+    the start, not a refusal."""
+    proc, run_dir = refuse(tmp_path, ["+recipe=tiny_cpu_text", f"data.path={prepared}",
+                                      "train.eval_interval=0", "train.steps=3",
+                                      "train.lr_warmup_steps=1", "logging.wandb.mode=disabled"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[launch] note: train.eval_iters=4 (not set on the command line) has no effect with " \
+           "train.eval_interval=0" in proc.stdout.splitlines()
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "ok"
