@@ -181,6 +181,9 @@ CATALOGUE = [
                               "train.lr_schedule=constant; set train.lr_schedule=cosine or linear"),
     (["sweep.tune=true", "sweep.min_repeats=1"], "sweep.tune=true has no effect in a single run "
                                                  "(it configures a sweep); add -m"),
+    # the rendezvous
+    (["runtime.rdzv_endpoint=127.0.0.1:99999"],
+     "runtime.rdzv_endpoint=127.0.0.1:99999: port 99999 is out of range (1-65535)"),
 ]
 
 # Where a one-cell sweep must answer otherwise than the run, and why
