@@ -274,18 +274,35 @@ class RuntimeConfig:
     rdzv_endpoint: Optional[str] = None
     """HOST:PORT of the c10d rendezvous, the same on every node (torchrun's --rdzv-endpoint);
     needed when runtime.nnodes > 1. null on one node: a free port on 127.0.0.1."""
+    rdzv_timeout_s: int = 600
+    """Seconds the rendezvous may take, from reaching its store at runtime.rdzv_endpoint to every
+    node joining (torchrun's --rdzv-conf join_timeout, 600 by default); past it the run fails as
+    `timeout` in one line, before any rank starts."""
 
     def __post_init__(self):
-        positive("runtime.timeout_s", self.timeout_s)
+        for key in ("timeout_s", "rdzv_timeout_s"):
+            positive(f"runtime.{key}", getattr(self, key))
         for key in ("nproc_per_node", "nnodes"):
             size_or_null(f"runtime.{key}", getattr(self, key))
-        if self.rdzv_endpoint is not None and not re.fullmatch(r"[^:\s]+:\d{1,5}",
-                                                                self.rdzv_endpoint):
-            raise ConfigError(f"runtime.rdzv_endpoint={self.rdzv_endpoint} is not HOST:PORT; "
-                              "set it like runtime.rdzv_endpoint=node001:29500")
+        if self.rdzv_endpoint is not None:
+            check_endpoint(self.rdzv_endpoint)
         if (self.nnodes or 1) > 1 and self.rdzv_endpoint is None:
             raise ConfigError(f"runtime.nnodes={self.nnodes} needs a rendezvous every node can "
                               "reach; set runtime.rdzv_endpoint=HOST:PORT (the same on every node)")
+
+
+def check_endpoint(endpoint: str) -> None:
+    """runtime.rdzv_endpoint is HOST:PORT with a port a socket can have: torch's rendezvous raises
+    a traceback for one out of range, and port 0 would have the host pick a port no other node
+    can know."""
+    key = "runtime.rdzv_endpoint"
+    found = re.fullmatch(r"([^:\s]+):(\d+)", endpoint)
+    if not found:
+        raise ConfigError(f"{key}={endpoint} is not HOST:PORT; set it like {key}=node001:29500")
+    host, port = found.group(1), int(found.group(2))
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{key}={endpoint}: port {port} is out of range (1-65535); set a port "
+                          f"in it, like {key}={host}:29500")
 
 
 @dataclass

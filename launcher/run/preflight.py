@@ -17,6 +17,7 @@ from launcher.config.effect import check_effect, moot_notes
 from launcher.run import ranks, resume
 from launcher.run.environment import run_environment
 from launcher.run.outputs import check_folders, check_wandb_login
+from launcher.run.rendezvous import check_port_free
 from launcher.run.support import check_device, check_fp8_support, check_support
 
 
@@ -72,6 +73,7 @@ def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]
         check_fp8_support(cfg.train.fp8)
         if cfg.runtime.device == Device.cpu:  # auto: known where the ranks start (spawn.py)
             check_device(cfg, "cpu")
+        check_rendezvous(cfg, world, planned)
     starts = 1 if ranks.external_starter() else world.per_node
     environment = run_environment(cfg.cuda_graph, os.environ, cfg.fsdp.nccl_ub, starts)
     return Cleared(cfg, resume_from, environment, world, moot_notes(cfg, given))
@@ -96,6 +98,17 @@ def check_world(cfg: Config, planned: Optional[ranks.Layout]) -> World:
     if planned is not None or launched_here:  # else (submitit, unplanned) the rank checks
         check_world_size(cfg, world.size, world.source)
     return world
+
+
+def check_rendezvous(cfg: Config, world: World, planned: Optional[ranks.Layout]) -> None:
+    """A one-node run that `launch` starts hosts its rendezvous store at runtime.rdzv_endpoint:
+    a port of this machine another program holds is refused here (launcher.run.rendezvous). On
+    several nodes the port may be another node's store, legitimately (two nodes on one machine):
+    there runtime.rdzv_timeout_s bounds the wait instead. Under torchrun or Slurm the endpoint
+    is not used."""
+    endpoint = cfg.runtime.rdzv_endpoint
+    if endpoint and world.nodes == 1 and planned is None and not ranks.external_starter():
+        check_port_free(endpoint)
 
 
 _checked: Dict[tuple, Optional[str]] = {}

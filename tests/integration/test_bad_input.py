@@ -216,6 +216,9 @@ CATALOGUE = [
                      "'all'); see launch --help"),
     (["data=indexed", "data.path='nan /a 0.5 /b'"],
      "weights and prefixes must alternate, weights positive and finite"),
+    # the rendezvous
+    (["runtime.rdzv_endpoint=127.0.0.1:99999"],
+     "runtime.rdzv_endpoint=127.0.0.1:99999: port 99999 is out of range (1-65535)"),
 ]
 
 # Where a one-cell sweep must answer otherwise than the run, and why

@@ -80,6 +80,14 @@ RULES = [
     (["runtime.nnodes=2"], r"runtime.nnodes=2 needs a rendezvous every node can reach; set "
                            r"runtime.rdzv_endpoint=HOST:PORT"),
     (["runtime.rdzv_endpoint=node1"], r"runtime.rdzv_endpoint=node1 is not HOST:PORT"),
+    (["runtime.rdzv_endpoint=127.0.0.1:99999"],
+     r"runtime.rdzv_endpoint=127.0.0.1:99999: port 99999 is out of range \(1-65535\); set a "
+     r"port in it, like runtime.rdzv_endpoint=127.0.0.1:29500"),
+    (["runtime.rdzv_endpoint=node1:0"], r"runtime.rdzv_endpoint=node1:0: port 0 is out of range"),
+    (["runtime.rdzv_endpoint=node1:1234567"], r"port 1234567 is out of range \(1-65535\)"),
+    (["runtime.rdzv_endpoint='node1:-5'"], r"runtime.rdzv_endpoint=node1:-5 is not HOST:PORT"),
+    (["runtime.rdzv_timeout_s=0"], r"runtime.rdzv_timeout_s=0 must be at least 1; set "
+                                   r"runtime.rdzv_timeout_s to a positive integer"),
     # an optional size's default is null, never 0; an optional path or name's, never ""
     (["runtime.nproc_per_node=0"], r"runtime.nproc_per_node=0 must be a positive integer or "
                                    r"null \(null is its default, never 0\); set "
@@ -149,6 +157,15 @@ def test_valid_cells_of_the_grid_pass_unchanged():
     assert cell.cuda_graph.impl.value == "full_iteration" and cell.excluded_steps == 2 + 3 + 1
     cell = make("fsdp.prefetch_first_param_group=true", "cuda_graph=none")
     assert cell.fsdp.prefetch_first_param_group is True and cell.excluded_steps == 2
+
+
+@pytest.mark.parametrize("endpoint", ["node001:1", "127.0.0.1:65535", "localhost:29500"])
+def test_a_rendezvous_endpoint_with_a_port_in_range_is_accepted(endpoint):
+    assert make(f"runtime.rdzv_endpoint={endpoint}").runtime.rdzv_endpoint == endpoint
+
+
+def test_the_rendezvous_limit_defaults_to_torchrun_s_join_timeout():
+    assert make().runtime.rdzv_timeout_s == 600
 
 
 def test_a_sweep_cell_needs_a_steady_state_step():
