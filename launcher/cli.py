@@ -22,6 +22,7 @@ from launcher.run.preflight import preflight
 from launcher.run.support import check_fp8_support, check_support
 from launcher.config import Config, ConfigError, World, check_world_size, to_config
 from launcher.config.effect import given_keys
+from launcher.config.values import check_bool_overrides, parse
 from launcher.config.world import recipe_note
 
 _exit_code = [0]  # set by a run; a sweep exits with its own code, Hydra's errors with 1
@@ -49,6 +50,7 @@ def compose(overrides: list) -> Config:
     from launcher.run.preflight import with_vocab
 
     register_configs()
+    check_bool_overrides(parse(overrides), Config)
     with initialize_config_module(config_module="launcher.conf", version_base=None):
         return with_vocab(to_config(hydra_compose(config_name="config",
                                                   overrides=list(overrides))))
@@ -70,6 +72,9 @@ def _main(composed: DictConfig) -> None:
             planned = ranks.planned_world(hydra_cfg.launcher)  # a Slurm launcher's tasks
         else:
             check_run_launcher(hydra_cfg)
+        # composed, a bool is already a bool: what was typed is in the overrides (unresolved:
+        # an override's ${...} names a key of the task's config, not of Hydra's)
+        check_bool_overrides(parse(OmegaConf.to_container(hydra_cfg.overrides.task)), Config)
         cfg = to_config(composed)
         cleared = preflight(cfg, run_dir, swept=swept, planned=planned,
                             here=not (cfg.runtime.dry_run or cfg.runtime.print_megatron_lm),

@@ -5,10 +5,11 @@ parallel, fsdp and cuda_graph, `layers.py`, its moe and recompute, and `fusions.
 kernels; `sections.py` for how it runs, train, data, logging, runtime and sweep; `profile.py`, the
 profiling window; `world.py`, the one world (ranks per node, nodes) derived from every place that
 states it; `schema.py`: the root `Config`, the rules across sections and those that need the
-world size; `error.py`: ConfigError), the enums of its vocabulary (`choices.py`), which keys act
-only under which (`effect.py`), the one-line explanation of Hydra's composition errors
-(`explain.py`), and the configuration reference it generates (`reference.py`). It may import the standard library,
-omegaconf and hydra, and nothing else: no torch, no megatron, nothing from launcher's other stages.
+world size; `error.py`: ConfigError; `values.py`: what any value may be beyond its type, a
+bool only true or false, an int within its limit, a float finite), the enums of its vocabulary
+(`choices.py`), which keys act only under which (`effect.py`), the one-line explanation of
+Hydra's composition errors (`explain.py`), and the configuration reference it generates
+(`reference.py`). It may import the standard library, omegaconf and hydra, and nothing else: no torch, no megatron, nothing from launcher's other stages.
 Every other stage imports it.
 """
 

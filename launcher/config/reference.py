@@ -21,6 +21,7 @@ from enum import Enum
 from importlib import resources
 
 from launcher.config.schema import Config, as_dict
+from launcher.config.values import INT_CEILING, LIMITS
 
 COMMAND = ".venv/bin/python -m launcher.config.reference > docs/configuration.md"
 
@@ -241,10 +242,17 @@ def table(prefix: str, cls, defaults: dict, schema: dict, ranges: dict) -> list:
         if lookup(defaults, key) != lookup(schema, key):
             default += f" (schema: `{shown(lookup(schema, key))}`)"
         enum = enum_of(f.type)
-        allowed = ", ".join(f"`{e.value}`" for e in enum) if enum else cell(ranges.get(key, ""))
+        allowed = ", ".join(f"`{e.value}`" for e in enum) if enum else cell(bounds(key, ranges))
         lines.append(f"| `{key}` | {type_name(f.type)} | {default} | {allowed} | "
                      f"{cell(first_sentence(docs.get(f.name, '')) + acts_only(key))} |")
     return lines
+
+
+def bounds(key: str, ranges: dict) -> str:
+    """The range the rules state, with the key's own upper limit (launcher.config.values) where
+    they state no interval that already holds it."""
+    upper = f"<= {LIMITS[key].most}" if key in LIMITS else ""
+    return ", ".join(merged([r for r in (ranges.get(key), upper) if r]))
 
 
 def acts_only(key: str) -> str:
@@ -280,7 +288,9 @@ def render() -> str:
         f"{choices['model']}`; where its value is not the schema's, the schema's follows.",
         "- **Allowed**: an enum's every value; otherwise the range a rule of the schema states "
         "(blank: any value of the type). Rules across keys are in each section's docstring and "
-        "refused at compose time with the key and the fix.",
+        "refused at compose time with the key and the fix. Every int is at most "
+        f"{INT_CEILING.most} unless its row says otherwise, every float is finite, and a bool takes "
+        "true or false only (launcher/config/values.py).",
         "- **Description**: the first sentence of the field's docstring (the whole docstring is "
         "in the section's source file, named under each heading); and, where the key acts only "
         "under another's value, which: set without it, the key is refused before any rank "

@@ -16,6 +16,7 @@ from launcher.config.error import ConfigError
 from launcher.config.fp8 import check_fp8
 from launcher.config.model import CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig
 from launcher.config.profile import ProfileConfig
+from launcher.config.values import check_values
 from launcher.config.world import resolve_world
 from launcher.config.sections import (
     DataConfig, LoggingConfig, RuntimeConfig, SweepConfig, TrainConfig,
@@ -273,7 +274,8 @@ def lookup(values: dict, key: str):
 def to_config(composed) -> Config:
     """The typed Config (plain dataclass instances, not Hydra nodes) from a composed DictConfig;
     runs every __post_init__ check. A key appended with `+` that the schema lacks is refused,
-    not dropped."""
+    not dropped; an int above its limit or a float that is not finite is refused first
+    (launcher.config.values), so that no section's rule reads it."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -284,6 +286,7 @@ def to_config(composed) -> Config:
         raise ConfigError(f"{extra[0]} is not a config key (added with +); check its spelling "
                           "(`launch --cfg job` prints every key), or remove it")
     try:  # resolves every ${...}: one that names nothing is a mistake in the command
+        check_values(OmegaConf.to_container(composed, resolve=True), Config)
         return OmegaConf.to_object(composed)
     except OmegaConfBaseException as err:
         raise ConfigError(explain(err)) from None

@@ -24,8 +24,9 @@ from launcher import summary as run_summary
 from launcher.run.preflight import preflight
 from launcher.sweep.error import SweepError
 from launcher.sweep.slurm import check_launcher, is_slurm
-from launcher.config import ConfigError, SweepConfig, to_config
+from launcher.config import Config, ConfigError, SweepConfig, to_config
 from launcher.config.effect import check_sweep_section, given_keys
+from launcher.config.values import check_bool_overrides, check_values
 
 PLAN_FILE = "plan.json"
 UNMEASURED = ("sweep", "logging", "profile", "cluster")  # sections left out of a cell's id
@@ -117,6 +118,10 @@ def expand_grid(arguments: List[str], config_loader=None) -> tuple:
     # As Hydra's basic sweeper: a key given twice (a recipe's grid, then the command line) takes
     # the later value, in the earlier position.
     last = {bare_key(o.get_key_element()): o for o in overrides}
+    try:  # composed, a bool is already a bool: every value as typed is here
+        check_bool_overrides(last.values(), Config)
+    except ConfigError as err:
+        raise ConfigError(f"{err} (no cell of the sweep was run)") from None
     keys, axes = [], []
     for override in last.values():
         key = override.get_key_element()
@@ -249,7 +254,9 @@ def label(values: Dict[str, str]) -> str:
 
 
 def build_plan(master: DictConfig, load, arguments: List[str], config_loader=None) -> Plan:
-    """Expands and validates the whole grid; raises SweepError/ConfigError for the sweep as a whole."""
+    """Expands and validates the whole grid; raises SweepError/ConfigError for the sweep as a whole.
+    The sweep section's values are checked first: the schedule holds every repeat."""
+    check_values(OmegaConf.to_container(master.sweep, resolve=True), SweepConfig, "sweep.")
     sweep: SweepConfig = OmegaConf.to_object(master.sweep)
     check_sweep_section(sweep, master.hydra.runtime.choices.get("hydra/launcher"),
                         is_slurm(master.hydra.launcher), given_keys(arguments))

@@ -219,6 +219,20 @@ CATALOGUE = [
     # the rendezvous
     (["runtime.rdzv_endpoint=127.0.0.1:99999"],
      "runtime.rdzv_endpoint=127.0.0.1:99999: port 99999 is out of range (1-65535)"),
+    # types and magnitudes
+    (["fsdp.prefetch_first_param_group=2"], "fsdp.prefetch_first_param_group=2: 2 is not true or "
+                                            "false, and would be read as true; give "
+                                            "fsdp.prefetch_first_param_group true or false"),
+    (["train.steps=1000000000000000000000000000000"],
+     "train.steps=1000000000000000000000000000000 is above 2147483647, the most a count may be"),
+    # refused by its value before the single run's "has no effect" and before a sweep's schedule
+    (["sweep.repeats=1000000000000000000000"],
+     "sweep.repeats=1000000000000000000000 is above 1000, the most repeats a sweep runs"),
+    (["model.hidden_size=1000000000000000000000000000000"],
+     "model.hidden_size=1000000000000000000000000000000 is above 131072"),
+    (["runtime.timeout_s=1000000000000000000000000000000"],
+     "runtime.timeout_s=1000000000000000000000000000000 is above 604800, 7 days"),
+    (["train.lr=nan"], "train.lr=nan is not a finite number; give train.lr a finite number"),
 ]
 
 # Where a one-cell sweep must answer otherwise than the run, and why

@@ -228,3 +228,29 @@ def test_cells_whose_cluster_keys_start_different_worlds_are_different_cells():
     worlds = {c.values["cluster.gpus_per_node"]: (c.id, c.world) for c in plan.cells if c.valid}
     assert worlds["1"][0] != worlds["2"][0]
     assert worlds["2"][1] == "2 (1 node(s) of 2: cluster.gpus_per_node x runtime.nnodes)"
+
+
+@pytest.mark.parametrize("grid,value,read", [("true,2", "2", "true"),
+                                             ("true,yes", "yes", "true"),
+                                             ("range(0,2)", "0", "false")])
+def test_a_swept_bool_that_is_not_true_or_false_refuses_the_whole_sweep(grid, value, read):
+    """omegaconf would read it as a bool and the cell would run, labelled with what was typed."""
+    key = "fsdp.prefetch_first_param_group"
+    with pytest.raises(ConfigError, match=rf"^{key}={value}: {value} is not true or false, and "
+                                          rf"would be read as {read}; give {key} true or false "
+                                          r"\(no cell of the sweep was run\)$"):
+        plan_for(f"{key}={grid}")
+
+
+def test_repeats_above_their_limit_are_refused_before_the_schedule_is_built():
+    with pytest.raises(ConfigError, match=r"^sweep.repeats=1000000000000000000000 is above 1000, "
+                                          r"the most repeats a sweep runs .*; set sweep.repeats "
+                                          r"to at most 1000$"):
+        plan_for("sweep.repeats=1000000000000000000000")
+
+
+def test_a_cell_with_an_int_above_its_limit_is_refused_with_the_limit():
+    cells = by_values(plan_for("train.steps=20,1000000000000000000000000000000"))
+    refused = [c for v, c in cells.items() if "1000000000000000000000000000000" in v]
+    assert all(not c.valid and "is above 2147483647" in c.reason for c in refused)
+    assert len(refused) == 4 and sum(c.valid for c in cells.values()) == 3  # the recipe's 3
