@@ -24,6 +24,7 @@ from launcher.config import Config, ConfigError, World, check_world_size, to_con
 from launcher.config.effect import given_keys
 from launcher.config.values import check_bool_overrides, parse
 from launcher.config.world import recipe_note
+from launcher.files import remove_if_only_started
 
 _exit_code = [0]  # set by a run; a sweep exits with its own code, Hydra's errors with 1
 
@@ -136,16 +137,21 @@ def dry_run(cfg: Config, world: World, recipe: Optional[str] = None) -> str:
 
 
 def refuse(err: ConfigError, run_dir: str) -> None:
-    """One line, exit code 2. A sweep's job also leaves an `invalid` summary: its cell's reason."""
+    """One line, exit code 2. A sweep's job also leaves an `invalid` summary: its cell's reason;
+    a single run leaves nothing (launcher.files.remove_if_only_started)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     print(f"error: {err}", file=sys.stderr)
     set_exit_code(2)
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN:
         from launcher import summary
 
         summary.write(run_dir, summary.RunFailure(status="invalid", message=str(err)))
+    else:  # nothing of a refused run is left: the folder Hydra made for it goes
+        remove_if_only_started(run_dir, hydra_cfg.output_subdir, f"{hydra_cfg.job.name}.log",
+                               hydra_cfg.runtime.cwd)
 
 
 def empty_folder_override(arguments: list) -> str:

@@ -66,3 +66,34 @@ def unwritable(folder: str) -> Optional[str]:
     if not os.access(nearest, os.W_OK | os.X_OK):
         return f"{nearest} is not writable"
     return None
+
+
+def remove_if_only_started(folder: str, subdir: Optional[str], log: str, above: str) -> None:
+    """A refused run's folder, where it holds only what Hydra wrote as the run started (its
+    `subdir` of config files, .hydra, and the job's empty `log`), is removed, and so are the
+    folders above it that it leaves empty, up to `above` (where `launch` was started; never
+    it); the run's folder itself wherever it is, being empty. A folder that holds anything else,
+    an earlier run's outputs, is left as it is."""
+    path = Path(folder).absolute()
+    started = {subdir, log} - {None}
+    try:
+        names = set(os.listdir(path))
+        configs = set(os.listdir(path / subdir)) if subdir in names else set()
+    except OSError:
+        return
+    if not names <= started or not configs <= {"config.yaml", "hydra.yaml", "overrides.yaml"}:
+        return
+    if log in names and os.path.getsize(path / log) > 0:
+        return
+    for name in configs:
+        os.remove(path / subdir / name)
+    if subdir in names:
+        os.rmdir(path / subdir)
+    if log in names:
+        os.remove(path / log)
+    os.rmdir(path)  # empty now: no file is lost
+    bound = Path(above).absolute()
+    for parent in path.parents:
+        if bound not in parent.parents or os.listdir(parent):
+            break
+        os.rmdir(parent)

@@ -312,6 +312,8 @@ def test_bad_input_is_refused_in_one_line(refusals, index):
     assert not (run_dir / "summary.json").exists() and not (run_dir / "metrics.jsonl").exists()
     if "-m" in overrides:  # a refused sweep writes nothing at all
         assert not list(folder.glob("multirun")) and not list(folder.glob("sweeps"))
+    else:  # nor a refused run: the folder Hydra made for it goes too
+        assert not run_dir.exists() and not list(folder.glob("outputs")), list(folder.iterdir())
 
 
 def test_cuda_asked_for_on_a_machine_without_it(tmp_path):
@@ -500,3 +502,23 @@ def test_turning_evaluation_off_on_a_recipe_that_sets_it_trains_and_says_so(prep
     assert "[launch] note: train.eval_iters=4 (not set on the command line) has no effect with " \
            "train.eval_interval=0" in proc.stdout.splitlines()
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "ok"
+
+
+def test_a_refused_run_leaves_no_folder_and_an_earlier_run_s_folder_is_kept(tmp_path):
+    """Hydra makes outputs/DATE/TIME with its config files before the pre-flight: a refusal
+    removes it all. A run folder holding an earlier run's outputs is left as it was."""
+    proc, _ = refuse_in(tmp_path, ["train.lr=nan"])
+    assert proc.returncode == 2 and proc.stderr.startswith("error: train.lr=nan is not a finite")
+    assert [p.name for p in tmp_path.iterdir() if p.name != "home"] == []  # no outputs/
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "summary.json").write_text("{}")
+    proc, _ = refuse_in(tmp_path, ["train.lr=nan", f"hydra.run.dir={earlier}"])
+    assert proc.returncode == 2 and (earlier / "summary.json").read_text() == "{}"
+
+
+def refuse_in(folder, overrides):
+    """`launch +recipe=tiny_cpu OVERRIDES` from `folder`, its run folder Hydra's default
+    unless the overrides name one."""
+    return refuse(folder, [*overrides] if any(o.startswith("hydra.run.dir") for o in overrides)
+                  else [*overrides, "hydra.run.dir=outputs/${now:%Y-%m-%d}/${now:%H-%M-%S}"])
