@@ -10,18 +10,28 @@ GEMM outside the core attention at the GPU's dense FP8 rate (times the hardware 
 fraction, measured for bf16), the core attention at bf16's.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import List
 
-ARCHIVE = ("https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/"
-           "performance-summary-archive.md")
-SUMMARY = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/main/docs/performance-summary.md"
+BLOB = "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/{}/docs/performance-summary.md#L{}"
 
-
-# the rows' FP8 as launcher keys: a row that names no recipe gets Megatron-LM's default (delayed)
-FP8 = ["train.fp8.format=hybrid"]
-FP8_CS = [*FP8, "train.fp8.recipe=tensorwise"]  # Bridge's FP8-CS: current (per-tensor) scaling
-MXFP8 = [*FP8, "train.fp8.recipe=mxfp8"]
+# Every row with FSDP > 0 is Bridge's FP8-CS (its performance recipes' fp8_cs: Transformer
+# Engine's current, per-tensor scaling), with no recomputation and no CUDA graphs; the tables of
+# 25.09 and 26.02 on say only "FP8" or nothing, the recipes say fp8_cs.
+FP8_CS = ["train.fp8.format=hybrid", "train.fp8.recipe=tensorwise"]
+# The rows' settings the launcher's recipes differ in: Bridge's 70B and 405B presets recompute
+# nothing (they offload some layers' activations to the host, which the launcher cannot)
+NO_RECOMPUTE = ["model.recompute.granularity=null"]
+L70 = ["+recipe=llama3_70b", *NO_RECOMPUTE, "train.micro_batch_size=2", *FP8_CS]
+L405 = ["+recipe=llama3_70b", *NO_RECOMPUTE, "model.num_layers=126", "model.hidden_size=16384",
+        "model.ffn_hidden_size=53248", "model.num_attention_heads=128",
+        "parallel.tensor_model_parallel_size=2", "train.micro_batch_size=1",
+        "train.global_batch_size=64", *FP8_CS]
+L8 = ["+recipe=llama3_8b", "cluster.gpu=h100_sxm", "fsdp.suggested_communication_unit_size=null",
+      *FP8_CS]
+GB200 = ["cluster.gpu=gb200", "cluster.nodes=16"]
+GB300 = ["cluster.gpu=gb300", "cluster.nodes=16"]
+OFFLOAD = "Bridge offloads {} layers' activations to the host"
 
 
 @dataclass(frozen=True)
@@ -35,49 +45,71 @@ class Row:
 
 
 ROWS = [
-    Row("Llama3-8B, 8 x H100, FP8-CS, GBS 128, MBS 1, FSDP 8 (25.11)",
-        ["+recipe=llama3_8b", "cluster.gpu=h100_sxm", *FP8_CS], 14451, 744, ARCHIVE,
-        "the recipe Bridge shipped with 25.11 had dropped Megatron-FSDP (commit e3ed3267d)"),
-    Row("Llama3-8B, 8 x H100, GBS 128, MBS 1, FSDP 8 (25.09, FP8 recipe)",
-        ["+recipe=llama3_8b", "cluster.gpu=h100_sxm", *FP8], 14079, 725, ARCHIVE),
-    Row("Llama3-70B, 64 x GB200, FP8-CS, GBS 256, MBS 2, FSDP 64 (25.11)",
-        ["+recipe=llama3_70b", "cluster.gpu=gb200", "cluster.nodes=16",
-         "train.micro_batch_size=2", *FP8_CS], 4312, 1937, ARCHIVE,
-        "Bridge offloads 40 layers' activations to the host; the recipe recomputes every layer"),
-    Row("Llama3-70B, 64 x GB200, FP8, GBS 256, MBS 2, FSDP 64 (26.04.01)",
-        ["+recipe=llama3_70b", "cluster.gpu=gb200", "cluster.nodes=16",
-         "train.micro_batch_size=2", *FP8], 4224, 1892, SUMMARY),
-    Row("Llama3-70B, 64 x GB200, GBS 128, MBS 2, FSDP 64 (25.09)",
-        ["+recipe=llama3_70b", "cluster.gpu=gb200", "cluster.nodes=16",
-         "train.micro_batch_size=2", "train.global_batch_size=128"], 3986, 1791,
-        ARCHIVE, "no precision column in 25.09; predicted in bf16"),
-    Row("DeepSeek-V3, 256 x GB200, MXFP8, PP 4, VP 4, EP 64, no FSDP (26.04.01)",
-        ["+recipe=deepseek_v3_proxy", "cluster.gpu=gb200", "cluster.nodes=64",
-         "cuda_graph.impl=none", *MXFP8], 4256, 1106, SUMMARY,
-        "not the same run: no DeepSeek-V3 row uses Megatron-FSDP; this one pipelines; the proxy "
-        "(EP 32, HSDP 4, the recipe's 128-GPU shape on 256) has no multi-latent attention"),
+    Row("25.09: Llama3-70B, 64 x GB200, GBS 128, MBS 2",
+        [*L70, *GB200, "train.global_batch_size=128"], 3986, 1791,
+        BLOB.format("fa0315ae2684693a666be9d247adf9baf1e30028", 53),
+        "no precision column; the recipe is FP8-CS; " + OFFLOAD.format(40)),
+    Row("25.09: Llama3.1-405B, 128 x GB200, TP 2, GBS 64, MBS 1",
+        [*L405, "cluster.gpu=gb200", "cluster.nodes=32"], 729, 1840,
+        BLOB.format("fa0315ae2684693a666be9d247adf9baf1e30028", 54),
+        "no precision column; the recipe is FP8-CS; " + OFFLOAD.format(95)),
+    Row("25.09: Llama3-8B, 8 x H100, GBS 128, MBS 1", L8, 14079, 725,
+        BLOB.format("fa0315ae2684693a666be9d247adf9baf1e30028", 73),
+        "no precision column; the recipe is FP8-CS with NCCL user buffers"),
+    Row("25.11: Llama3-70B, 64 x GB300, FP8-CS, GBS 256, MBS 2", [*L70, *GB300], 4520, 2030,
+        BLOB.format("5776a6d90b4dd8692902ab2eb581369484e19283", 54), OFFLOAD.format(20)),
+    Row("25.11: Llama3-70B, 64 x GB200, FP8-CS, GBS 256, MBS 2", [*L70, *GB200], 4312, 1937,
+        BLOB.format("5776a6d90b4dd8692902ab2eb581369484e19283", 67), OFFLOAD.format(40)),
+    Row("25.11: Llama3-8B, 8 x H100, FP8-CS, GBS 128, MBS 1", L8, 14451, 744,
+        BLOB.format("5776a6d90b4dd8692902ab2eb581369484e19283", 90),
+        "the 25.11 recipe behind it recomputes 5 layers and uses no FSDP"),
+    *[Row(f"{release}: Llama3-70B, 64 x {kind.upper()}, FP8, GBS 256, MBS 2",
+          [*L70, *(GB300 if kind == "gb300" else GB200)], tokens, tflops,
+          BLOB.format(commit, line), OFFLOAD.format(20 if kind == "gb300" else 40))
+      for release, kind, tokens, tflops, commit, line in [
+          ("26.02", "gb300", 5003, 2248, "c0b9a00031b79b731ccefb56d0aba9629b4dd01b", 53),
+          ("26.02", "gb200", 4040, 1815, "c0b9a00031b79b731ccefb56d0aba9629b4dd01b", 68),
+          ("26.02.01", "gb300", 5243, 2353, "cfeddcd9445817a85ff58549d407fa700b1f8ace", 57),
+          ("26.02.01", "gb200", 4357, 1956, "cfeddcd9445817a85ff58549d407fa700b1f8ace", 58),
+          ("26.04", "gb300", 5243, 2355, "74695a06d759adcab3d782193127969213e4f005", 52),
+          ("26.04", "gb200", 4143, 1861, "74695a06d759adcab3d782193127969213e4f005", 53),
+          ("26.04.01", "gb300", 5248, 2348, "21d102f5ecbaa9307bb7eb0a9b0850cdf2f4bbd6", 48),
+          ("26.04.01", "gb200", 4224, 1892, "21d102f5ecbaa9307bb7eb0a9b0850cdf2f4bbd6", 51)]],
 ]
 
 
 def predict_row(row: Row):
     from launcher.cli import compose
-    from launcher.run.predict import cluster_of, predict
+    from launcher.run.predict import cluster_of, predict, predict_band
 
     cfg = compose(row.overrides)
-    return predict(cfg, cluster_of(cfg))
+    cluster = cluster_of(cfg)
+    return predict(cfg, cluster), predict_band(cfg, cluster)
+
+
+def table() -> List[str]:
+    """The markdown table of docs/prediction.md, then the errors over all rows."""
+    lines = ["| published row | launcher overrides | predicted tokens/s/GPU (band) | published | "
+             "error | predicted TFLOP/s/GPU | published | MFU | what still differs |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    errors = []
+    for row in ROWS:
+        p, (slow, fast) = predict_row(row)
+        error = p.tokens_per_s_per_gpu / row.tokens - 1
+        errors.append(abs(error))
+        lines.append(
+            f"| [{row.what}]({row.source}) | `{' '.join(row.overrides)}` | "
+            f"{p.tokens_per_s_per_gpu:,.0f} ({slow.tokens_per_s_per_gpu:,.0f}-"
+            f"{fast.tokens_per_s_per_gpu:,.0f}) | {row.tokens:,.0f} | {error:+.0%} | "
+            f"{p.tflops_per_gpu:,.0f} | {row.tflops:,.0f} | {p.mfu:.0%} | {row.note} |")
+    lines += ["", f"Mean absolute error over the {len(ROWS)} rows: "
+                  f"{sum(errors) / len(errors):.1%}; the largest: {max(errors):.1%}; within 25%: "
+                  f"{sum(e <= 0.25 for e in errors)} of {len(ROWS)}."]
+    return lines
 
 
 def main() -> None:
-    print("| published row | launcher overrides | predicted tokens/s/GPU | published | ratio | "
-          "predicted TFLOP/s/GPU | published | ratio | step s | MFU | note |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for row in ROWS:
-        p = predict_row(row)
-        print(f"| [{row.what}]({row.source}) | `{' '.join(row.overrides)}` | "
-              f"{p.tokens_per_s_per_gpu:,.0f} | {row.tokens:,.0f} | "
-              f"{p.tokens_per_s_per_gpu / row.tokens:.2f} | {p.tflops_per_gpu:,.0f} | "
-              f"{row.tflops:,.0f} | {p.tflops_per_gpu / row.tflops:.2f} | "
-              f"{p.timeline.step_s:.3g} | {p.mfu:.0%} | {row.note} |")
+    print("\n".join(table()))
 
 
 if __name__ == "__main__":

@@ -48,10 +48,11 @@ def text() -> str:
         "Hydra.",
         "Its switch, fsdp.prefetch_first_param_group, decides whether M-FSDP all-gathers the "
         "first",
-        "parameter group before the forward (faster eager steps) or not (what lets a "
-        "full-iteration",
-        "CUDA graph capture). Every setting is checked before any rank starts; sweeps compare "
-        "them.",
+        "parameter group before the forward (the first forward need not wait for it; the "
+        "dry run",
+        "predicts what that saves, often nothing on a GPU) or not (what lets a full-iteration "
+        "CUDA",
+        "graph capture). Every setting is checked before any rank starts; sweeps compare them.",
         "",
     ]
     for command, what in COMMANDS:

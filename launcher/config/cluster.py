@@ -10,12 +10,16 @@ import typing
 from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from launcher.config.choices import ClusterKernels
 from launcher.config.error import ConfigError, size_or_null, text_or_null
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
+
+Band = Tuple[float, float]
+"""A rate as the public measurements spread it, written [low, high] in a file: the prediction's
+range runs from every rate at its low end to every rate at its high end."""
 
 
 @dataclass(frozen=True)
@@ -29,9 +33,6 @@ class Hardware:
     """Device memory (a CPU: the machine's RAM)."""
     tflops: Dict[str, float]
     """Peak dense matmul rate by dtype (bf16, fp8; fp32 on a CPU), TFLOP/s, no sparsity."""
-    matmul_fraction: float
-    """The share of `tflops` a large matmul reaches (measured, see `sources`); the model's
-    compute rate is tflops x matmul_fraction."""
     hbm_gbps: float
     """Memory bandwidth, GB/s: the optimizer step streams its state at this rate."""
     intra_node_gbps: float
@@ -45,18 +46,46 @@ class Hardware:
     """GPUs one NVLink domain joins (8 in a DGX; 72 in a GB200 NVL72 rack)."""
     gpus_per_node: int
     """GPUs (ranks) per node, the default of cluster.gpus_per_node."""
-    layer_host_us: float
-    """Host time to launch one transformer layer's forward and backward of one microbatch,
-    microseconds: on a GPU hidden behind the layer's kernels unless they are shorter, and gone
-    under a full-iteration CUDA graph; on a CPU (async_host false) it adds to the compute."""
-    moe_layer_host_us: Optional[float]
-    """The same for a mixture-of-experts layer (router, dispatch, each expert's MLP, combine);
-    null: layer_host_us."""
     step_host_us: float
     """Host time between two steps (the step's end, the next batch, the schedule's set-up),
     microseconds: a GPU idles through it after the launcher's per-step sync point."""
     async_host: bool
     """True on a GPU: the host enqueues kernels ahead of the device. False on a CPU."""
+    matmul_fraction: Optional[float] = None
+    """A CPU: the share of `tflops` its matmuls reach (measured by bench/calibrate.py); every
+    FLOP runs at tflops x matmul_fraction. null on a GPU, whose kernel classes (gemm_fraction
+    and the figures after it) set the time instead."""
+    layer_host_us: Optional[float] = None
+    """A CPU: the host's time for one transformer layer's forward and backward of one
+    microbatch, microseconds, added to the compute (a GPU counts its kernels' launches instead:
+    launch_us)."""
+    moe_layer_host_us: Optional[float] = None
+    """The same for a mixture-of-experts layer (router, dispatch, each expert's MLP, combine);
+    null: layer_host_us."""
+    sms: Optional[int] = None
+    """A GPU: its streaming multiprocessors. A GEMM's output tiles run in waves of this many,
+    and a last wave that fills few of them leaves the rest idle."""
+    gemm_fraction: Optional[Dict[str, Band]] = None
+    """A GPU, by dtype: the share of `tflops` a large GEMM reaches ([low, high] over public
+    measurements of the best achievable matmul)."""
+    attention_fraction: Optional[Dict[int, Band]] = None
+    """A GPU, by sequence length: the share of the bf16 peak a causal flash attention's forward
+    and backward reach together at head dimension 128 (between lengths, interpolated)."""
+    hbm_fraction: Optional[Band] = None
+    """A GPU: the share of `hbm_gbps` a memory-bound kernel moves (norms, activations, rope,
+    residual adds, FP8 casts, the optimizer step)."""
+    bus_fraction: Optional[Band] = None
+    """A GPU: the share of intra_node_gbps NCCL's all-gather and reduce-scatter reach on large
+    messages inside the NVLink domain (their bus bandwidth)."""
+    nic_fraction: Optional[Band] = None
+    """A GPU: the same across NVLink domains, the share of its ranks' NICs together
+    (inter_node_gbps each) NCCL reaches."""
+    launch_us: Optional[Band] = None
+    """A GPU: the host's time to issue one kernel in eager PyTorch, microseconds (a layer's
+    kernels run behind it; a CUDA graph replays them without it)."""
+    published_mfu: Optional[Dict[str, float]] = None
+    """A GPU, by dtype: the highest MFU a published training run of this GPU kind reached; a
+    prediction above it says so."""
     cores: int = 0
     """A CPU: the cores its ranks share (ranks beyond it divide the compute rate); 0: a GPU."""
     by_ranks: Optional[Dict[int, Dict[str, float]]] = None
@@ -106,9 +135,15 @@ RANGES = {
     "memory_gib": "> 0", "tflops": "> 0", "matmul_fraction": "in (0, 1]", "hbm_gbps": "> 0",
     "intra_node_gbps": "> 0", "inter_node_gbps": "> 0", "latency_us": ">= 0",
     "nvlink_domain": "> 0", "gpus_per_node": "> 0", "layer_host_us": ">= 0",
-    "moe_layer_host_us": ">= 0", "step_host_us": ">= 0", "cores": ">= 0",
+    "moe_layer_host_us": ">= 0", "step_host_us": ">= 0", "cores": ">= 0", "sms": "> 0",
+    "gemm_fraction": "in (0, 1]", "attention_fraction": "in (0, 1]", "hbm_fraction": "in (0, 1]",
+    "bus_fraction": "in (0, 1]", "nic_fraction": "in (0, 1]", "launch_us": ">= 0", "published_mfu": "in (0, 1]",
 }
 WITHIN = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in (0, 1]": lambda v: 0 < v <= 1}
+BANDS = ("hbm_fraction", "bus_fraction", "nic_fraction", "launch_us")
+KERNEL_CLASSES = ("sms", "gemm_fraction", "attention_fraction", "hbm_fraction", "bus_fraction",
+                  "nic_fraction", "launch_us")
+"""A GPU file's figures for the kernel-class model (launcher/run/kernels.py): all or none."""
 
 # The figures by_ranks may hold for a rank count (Hardware.at reads them)
 BY_RANKS = ("latency_us", "intra_node_gbps", "layer_host_us", "moe_layer_host_us",
@@ -123,8 +158,13 @@ MAPPINGS = {
     "by_ranks": ("{RANKS: {FIGURE: VALUE}}, e.g. {2: {latency_us: 389.2}}", None,
                  "by_ranks entry"),
     "by_ranks entry": ("{FIGURE: VALUE}, e.g. {latency_us: 389.2}", BY_RANKS, None),
+    "gemm_fraction": ("{DTYPE: [LOW, HIGH]}, e.g. {bf16: [0.7, 0.8]}", None, "gemm_fraction"),
+    "attention_fraction": ("{SEQUENCE LENGTH: [LOW, HIGH]}, e.g. {8192: [0.5, 0.6]}", None,
+                           "attention_fraction"),
+    "published_mfu": ("{DTYPE: MFU}, e.g. {bf16: 0.43}", None, "published_mfu"),
 }
-KEYS = {str: "a name", int: "a positive integer (a rank count)"}
+KEYS = {str: "a name", int: "a positive integer"}
+COUNTED = {"by_ranks": " (a rank count)", "attention_fraction": " (a sequence length)"}
 
 
 def hardware_names() -> list:
@@ -164,7 +204,16 @@ def read_hardware(path: Path) -> Hardware:
                               "launcher/config/cluster.py says what each figure is)")
         if f.name in values:
             check_value(where, f.name, values[f.name], f.type, f.name)
-    return Hardware(**values)
+    given = [k for k in KERNEL_CLASSES if values.get(k) is not None]
+    if given and len(given) < len(KERNEL_CLASSES):
+        missing = next(k for k in KERNEL_CLASSES if k not in given)
+        raise ConfigError(f"{where} has {given[0]} but no {missing}; a GPU's kernel classes "
+                          f"need all of {', '.join(KERNEL_CLASSES)}")
+    if not given and values.get("matmul_fraction") is None:
+        raise ConfigError(f"{where} has neither matmul_fraction nor the kernel classes; add "
+                          f"matmul_fraction (a CPU) or {', '.join(KERNEL_CLASSES)} (a GPU)")
+    return Hardware(**{k: tuple(v) if k in BANDS and v is not None else v
+                       for k, v in values.items()})
 
 
 def read_yaml(path: Path, where: str) -> dict:
@@ -198,6 +247,8 @@ def check_value(where: str, key: str, value, tp, figure: str) -> None:
         tp = next(a for a in typing.get_args(tp) if a is not type(None))
     if typing.get_origin(tp) is dict:
         return check_mapping(where, key, value, tp, figure)
+    if tp == Band:
+        return check_band(where, key, value, figure)
     said, test = TYPES[tp]
     if not test(value):
         raise ConfigError(f"{where}: {key}={shown(value)} is not {said}; give {key} {said}")
@@ -210,6 +261,18 @@ def check_value(where: str, key: str, value, tp, figure: str) -> None:
                           f"{said} {bound}")
 
 
+def check_band(where: str, key: str, value, figure: str) -> None:
+    """A Band: [low, high], two numbers in the figure's range, low <= high."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise ConfigError(f"{where}: {key}={shown(value)} is not [low, high]; give {key} as two "
+                          "numbers, e.g. [0.7, 0.8]")
+    for end in value:
+        check_value(where, key, end, float, figure)
+    if value[0] > value[1]:
+        raise ConfigError(f"{where}: {key}={shown(value)} has its low end above its high end; "
+                          f"give {key} as [{value[1]}, {value[0]}]")
+
+
 def check_mapping(where: str, key: str, value, tp, figure: str) -> None:
     """One of MAPPINGS: the keys' types and names, then each entry."""
     written, names, entries = MAPPINGS[figure]
@@ -217,7 +280,7 @@ def check_mapping(where: str, key: str, value, tp, figure: str) -> None:
         raise ConfigError(f"{where}: {key}={shown(value)} is not a mapping; give {key} as "
                           f"{written}")
     key_type, value_type = typing.get_args(tp)
-    said = KEYS[key_type]
+    said = KEYS[key_type] + (COUNTED.get(figure, "") if key_type is int else "")
     for name, entry in value.items():
         if not TYPES[key_type][1](name) or (key_type is int and name < 1):
             raise ConfigError(f"{where}: {key} has the key {shown(name)}, which is not {said}; "
@@ -244,7 +307,7 @@ class ClusterConfig:
     (launcher.config.world)."""
 
     gpu: Optional[str] = None
-    """The name of a file in hardware/, not a path (h100_sxm, h200_sxm, b200, gb200,
+    """The name of a file in hardware/, not a path (h100_sxm, h200_sxm, b200, gb200, gb300,
     cpu_2core; another GPU kind is a new file hardware/NAME.yaml); null: the dry run predicts
     no time. Each file's figures are checked against Hardware's fields when it is loaded."""
     gpus_per_node: Optional[int] = None

@@ -36,7 +36,7 @@ the links between an all-gather and a reduce-scatter in flight together.
 """
 
 from dataclasses import dataclass, replace
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from launcher.config import (
     Activation, Config, ConfigError, CudaGraphImpl, Precision, RecomputeGranularity,
@@ -45,6 +45,7 @@ from launcher.config import (
 from launcher.config.cluster import Hardware
 from launcher.config.world import World, resolve_world
 from launcher.run.estimate import gradient_dtypes, layer_parameters, memory_per_gpu, padded_vocab
+from launcher.run.kernels import Gemm, at, gemm_s, hbm_rate, layer_s
 from launcher.run.layout import parameter_groups
 from launcher.run.metrics import flops_per_step
 
@@ -57,17 +58,42 @@ class Cluster:
     hardware: Hardware
     gpus_per_node: int
     nodes: int
+    end: float = 0.5
+    """Where in each rate's band (launcher/run/kernels.py) the prediction runs: 0 every rate
+    at its low end, 1 at its high end, 0.5 the middle."""
 
     @property
     def world(self) -> int:
         return self.gpus_per_node * self.nodes
 
+    @property
+    def kernel_classes(self) -> bool:
+        """A GPU file with its kernel classes; else (a CPU) every FLOP at one rate."""
+        return self.hardware.gemm_fraction is not None
+
+    @property
+    def nvlink_ranks(self) -> int:
+        """Ranks one NVLink domain joins: a rack-wide domain (an NVL72) spans its nodes;
+        a node's own (a DGX's 8) holds only the ranks started on it."""
+        hw = self.hardware
+        if hw.nvlink_domain > hw.gpus_per_node:
+            return hw.nvlink_domain
+        return min(hw.nvlink_domain, self.gpus_per_node)
+
     def collective_s(self, nbytes: float, ranks: int) -> float:
         """One all-gather, reduce-scatter or all-to-all moving `nbytes` in all over `ranks`."""
         if ranks <= 1:
             return 0.0
-        latency, bandwidth = self.hardware.collective(
-            ranks, ranks > self.hardware.nvlink_domain, self.gpus_per_node)
+        hw = self.hardware
+        across = ranks > self.nvlink_ranks
+        latency, bandwidth = hw.collective(ranks, across, self.gpus_per_node)
+        if self.kernel_classes and across:  # NCCL's rings leave a domain by each of its
+            # ranks' NICs (one per GPU), and never faster than they cross NVLink
+            bandwidth = min(hw.intra_node_gbps * 1e9 * at(hw.bus_fraction, self.end),
+                            bandwidth * min(self.nvlink_ranks, ranks) * at(hw.nic_fraction,
+                                                                           self.end))
+        elif self.kernel_classes:
+            bandwidth *= at(hw.bus_fraction, self.end)
         return latency + (ranks - 1) / ranks * nbytes / bandwidth
 
     @property
@@ -162,21 +188,22 @@ def units_of(cfg: Config, cluster: Cluster, math: str) -> List[Unit]:
     (launcher/run/layout.py; the last carries the logits' compute), then the layers; without
     fsdp units (strategies other than optim_grads_params) the whole model is one."""
     m, ep = cfg.model, cfg.parallel.expert_model_parallel_size
+    tp = cfg.parallel.tensor_model_parallel_size  # each rank holds 1/tp of every weight
     dp = cluster.world // cfg.parallel.model_parallel_size
     wb, gb = weight_bytes(cfg), grad_bytes(cfg)
 
     def comm(dense: int, experts: int, per: int) -> float:
-        routed = cluster.collective_s(experts / ep * per, dp // ep) if experts else 0.0
-        return cluster.collective_s(dense * per, dp) + routed
+        routed = cluster.collective_s(experts / ep / tp * per, dp // ep) if experts else 0.0
+        return cluster.collective_s(dense / tp * per, dp) + routed
 
     outside = [g for g in parameter_groups(cfg, dp) if g.unit is None and not g.experts]
-    units = [Unit(g.name, g.params, comm(g.params, 0, wb), comm(g.params, 0, gb), 0.0, 0.0, True)
-             for g in outside]
-    units[-1] = replace(units[-1], forward_s=logits_flops(cfg) / 3 / matmul_rate(cluster, math),
-                        backward_s=logits_flops(cfg) * 2 / 3 / matmul_rate(cluster, math))
+    units = [Unit(g.name, g.params // tp, comm(g.params, 0, wb), comm(g.params, 0, gb), 0.0, 0.0,
+                  True) for g in outside]
+    logits = logits_s(cfg, cluster, math)
+    units[-1] = replace(units[-1], forward_s=logits / 3, backward_s=logits * 2 / 3)
     for index, moe in enumerate(m.moe.pattern(m.num_layers)):
         params = layer_parameters(m, moe)
-        units.append(Unit(f"layer {index}", params.dense + params.experts // ep,
+        units.append(Unit(f"layer {index}", (params.dense + params.experts // ep) // tp,
                           comm(params.dense, params.experts, wb),
                           comm(params.dense, params.experts, gb),
                           *layer_seconds(cfg, cluster, moe, math)))
@@ -188,36 +215,63 @@ def units_of(cfg: Config, cluster: Cluster, math: str) -> List[Unit]:
 
 
 def matmul_rate(cluster: Cluster, math: str) -> float:
-    """FLOP/s a rank's GEMMs run at in `math`: the dense peak x the matmul fraction."""
+    """FLOP/s a CPU rank's matmuls run at in `math`: the peak x the matmul fraction."""
     hw = cluster.hardware
-    if math not in hw.tflops:
-        raise ConfigError(f"cluster.gpu={hw.name} has no {math} matmul rate; its file has "
-                          f"{', '.join(hw.tflops)}")
+    check_dtype(hw, math)
     return hw.tflops[math] * 1e12 * hw.matmul_fraction / cluster.host_share
 
 
+def check_dtype(hw: Hardware, math: str) -> None:
+    if math not in hw.tflops:
+        raise ConfigError(f"cluster.gpu={hw.name} has no {math} matmul rate; its file has "
+                          f"{', '.join(hw.tflops)}")
+
+
+def logits_s(cfg: Config, cluster: Cluster, math: str) -> float:
+    """The output layer's GEMM, forward and backward, for one microbatch."""
+    if not cluster.kernel_classes:
+        return logits_flops(cfg) / matmul_rate(cluster, math)
+    check_dtype(cluster.hardware, math)
+    tokens = cfg.train.micro_batch_size * cfg.model.seq_length
+    logits = Gemm(tokens, padded_vocab(cfg) // cfg.parallel.tensor_model_parallel_size,
+                  cfg.model.hidden_size)
+    return 3 * gemm_s(logits, cluster.hardware, math, cluster.end)
+
+
 def layer_seconds(cfg: Config, cluster: Cluster, moe: int, math: str) -> tuple:
-    """(forward, backward) of one layer for one microbatch: its FLOPs (with fp8, the core
-    attention, QK^T and scores x V, at bf16's rate, as FP8 recipes keep it), a full
-    recomputation's second forward, an MoE layer's all-to-alls, and the host's time."""
+    """(forward, backward) of one layer for one microbatch: its kernels (on a GPU, by class,
+    launcher/run/kernels.py; on a CPU, its FLOPs, the core attention with fp8 at bf16's rate, as
+    FP8 recipes keep it), a full recomputation's second forward, an MoE layer's all-to-alls,
+    and the host's time."""
     m, hw, ep = cfg.model, cluster.hardware, cfg.parallel.expert_model_parallel_size
     tokens = cfg.train.micro_batch_size * m.seq_length
-    rate, attention_rate = matmul_rate(cluster, math), matmul_rate(cluster, "bf16")
-    attention = 3 * 2 * m.head_channels * m.num_attention_heads * m.seq_length * tokens
-    seconds = (layer_flops(cfg, moe) - attention) / rate + attention / attention_rate
-    forward, backward = seconds / 3, seconds * 2 / 3
+    if cluster.kernel_classes:
+        check_dtype(hw, math)
+        kernels = layer_s(cfg, hw, moe, math, cluster.end)
+        forward, backward = kernels.forward_s, kernels.backward_s
+        host_f, host_b = kernels.host_forward_s, kernels.host_backward_s
+    else:
+        rate, attention_rate = matmul_rate(cluster, math), matmul_rate(cluster, "bf16")
+        attention = 3 * 2 * m.head_channels * m.num_attention_heads * m.seq_length * tokens
+        seconds = (layer_flops(cfg, moe) - attention) / rate + attention / attention_rate
+        forward, backward = seconds / 3, seconds * 2 / 3
+        host = cluster.host_s("moe_layer_host_us" if moe else "layer_host_us")
+        host_f, host_b = host / 3, host * 2 / 3
+    tp = cfg.parallel.tensor_model_parallel_size
+    if tp > 1:  # sequence parallelism: two all-gathers and two reduce-scatters each way
+        activations = 2 * cluster.collective_s(tokens * m.hidden_size * weight_bytes(cfg), tp)
+        forward, backward = forward + 2 * activations, backward + 2 * activations
     if m.recompute.granularity == RecomputeGranularity.full:
-        backward += forward
+        backward, host_b = backward + forward, host_b + host_f
     if moe and ep > 1:  # dispatch and combine, forward; their transposes, backward
         a2a = 2 * cluster.collective_s(
             tokens * m.moe.router_topk * m.hidden_size * weight_bytes(cfg), ep)
         forward, backward = forward + a2a, backward + a2a
-    host = cluster.host_s("moe_layer_host_us" if moe else "layer_host_us")
     if not hw.async_host:  # a CPU: the host computes
-        return forward + host / 3, backward + host * 2 / 3
+        return forward + host_f, backward + host_b
     if CudaGraphImpl(cfg.cuda_graph.impl) == CudaGraphImpl.full_iteration:
         return forward, backward  # replayed: no launches
-    return max(forward, host / 3), max(backward, host * 2 / 3)  # the kernels run behind the host
+    return max(forward, host_f), max(backward, host_b)  # the kernels run behind the host
 
 
 def merged(units: List[Unit]) -> Unit:
@@ -319,6 +373,8 @@ def optimizer_s(cfg: Config, units: List[Unit], cluster: Cluster) -> float:
     strategy = ShardingStrategy(cfg.fsdp.sharding_strategy)
     shard = sum(u.params for u in units) / (1 if strategy == ShardingStrategy.no_shard else dp)
     nbytes = shard * (2 * 4 + 2 * 8 + grad_bytes(cfg) + weight_bytes(cfg))
+    if cluster.kernel_classes:
+        return nbytes / hbm_rate(cluster.hardware, cluster.end)
     return nbytes / (cluster.hardware.hbm_gbps * 1e9) * cluster.host_share
 
 
@@ -338,6 +394,14 @@ def predict(cfg: Config, cluster: Cluster) -> Prediction:
     return Prediction(units, timeline,
                       cfg.train.global_batch_size * m.seq_length / timeline.step_s / world,
                       tflops, tflops / cluster.hardware.tflops[math], memory, saving, why)
+
+
+def predict_band(cfg: Config, cluster: Cluster) -> Tuple[Prediction, Prediction]:
+    """(slow, fast): the step with every rate at its band's low end, then at its high end
+    (launcher/run/kernels.py). A CPU's figures are measured, not banded: the prediction twice."""
+    if not cluster.kernel_classes:
+        return predict(cfg, cluster), predict(cfg, cluster)
+    return predict(cfg, replace(cluster, end=0.0)), predict(cfg, replace(cluster, end=1.0))
 
 
 def switch(cfg: Config, units: List[Unit], cluster: Cluster, this: Timeline) -> tuple:

@@ -78,6 +78,22 @@ def run_name(label: str, repeat: int, attempt: int) -> str:
     return f"{label} #{repeat}" + (f" retry {attempt}" if attempt else "")
 
 
+def predicted_order(cells: list) -> List[str]:
+    """With a prediction for two cells or more: the fastest predicted, and which cells the model
+    cannot tell from it (the fast end of their band at or below the slow end of its band),
+    unranked; the others are slower beyond the band."""
+    banded = [c for c in cells if c.valid and c.predicted_steps]
+    if len(banded) < 2:
+        return []
+    best = min(banded, key=lambda c: c.predicted_steps[1])
+    near = [c for c in banded if c is not best and c.predicted_steps[2] <= best.predicted_steps[0]]
+    slower = [c for c in banded if c is not best and c not in near]
+    named = lambda group: ", ".join(f"{c.id} ({c.label})" for c in group) or "none"  # noqa: E731
+    return [f"[sweep] predicted fastest: {best.id} ({best.label}), "
+            f"{best.predicted_steps[1]:.3g} s/step; indistinguishable from it within the "
+            f"prediction's band: {named(near)}; slower beyond the band: {named(slower)}"]
+
+
 def print_plan(plan: Plan, rounds: list, race=None) -> None:
     """The plan table; in a tuning sweep, `race` (replayed from disk) marks the dropped cells."""
     todo = {(cell.id, repeat) for round_ in rounds for cell, repeat, _ in round_
@@ -108,6 +124,8 @@ def print_plan(plan: Plan, rounds: list, race=None) -> None:
         print("  " + "  ".join([f"{cell.id:<10}"]
                                + [f"{cell.values[k]:<{w}}" for k, w in zip(keys, widths)]
                                + ([f"{cell.predicted:<{guess}}"] if guess else []) + [what]))
+    for line in predicted_order(plan.cells):
+        print(line)
     valid = sum(c.valid for c in plan.cells)
     ok = sum(has_ok_run(plan.sweep_dir, c.id, r) for c in plan.cells if c.valid
              for r in range(plan.repeats))

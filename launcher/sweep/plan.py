@@ -50,6 +50,8 @@ class Cell:
     the cell is invalid."""
     megatron_lm: str = ""
     """With runtime.print_megatron_lm=true: the cell as Megatron-LM's command line."""
+    predicted_steps: Optional[List[float]] = None
+    """With cluster.gpu: the predicted step's (slow, middle, fast) seconds, its band."""
 
 
 @dataclass
@@ -195,7 +197,8 @@ class CellComposer:
 
 def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
                  keys: List[str], launcher: DictConfig) -> tuple:
-    """(resolved dict, swept values, reason or "", predicted, world, Megatron-LM command or ""):
+    """(resolved dict, swept values, reason or "", (predicted, its band's steps), world,
+    Megatron-LM command or ""):
     the cell as its job will see it. A value
     that does not compose (a typo in a boolean, a choice that does not exist) is a mistake in
     the command, not an incompatible cell: ConfigError for the whole sweep."""
@@ -219,7 +222,8 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
         cleared = preflight(cfg, None, swept=keys, planned=ranks.planned_world(launcher),
                             given=given_keys(overrides), here=not printed)
     except ConfigError as err:
-        return OmegaConf.to_container(composed, enum_to_str=True), values, str(err), "", None, ""
+        return (OmegaConf.to_container(composed, enum_to_str=True), values, str(err), ("", None),
+                None, "")
     command = ""
     if printed:
         from launcher.run import megatron_lm
@@ -229,17 +233,18 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
             predicted(cleared.cfg, cleared.world), cleared.world, command)
 
 
-def predicted(cfg, world) -> str:
+def predicted(cfg, world) -> tuple:
     """The cell's predicted step on cluster.gpu in the world its job will get (its pre-flight's),
-    or why there is none; "" without a cluster."""
+    or why there is none ("" without a cluster), and its (slow, middle, fast) seconds or None."""
     if cfg.cluster.gpu is None:
-        return ""
+        return "", None
     from launcher.run.prediction_text import short
 
     try:
-        return short(cfg, world)
+        text, steps = short(cfg, world)
+        return text, list(steps)
     except ConfigError as err:
-        return f"no prediction: {err}"
+        return f"no prediction: {err}", None
 
 
 def short_names(keys: List[str]) -> Dict[str, str]:
@@ -274,8 +279,8 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
         if not reason and ident in seen:
             reason = f"resolves to the same config as cell {seen[ident]}; drop one of them"
         seen.setdefault(ident, label(values))
-        cells.append(Cell(ident, label(values), values, overrides, not reason, reason, guess,
-                          world.describe() if world else "", command))
+        cells.append(Cell(ident, label(values), values, overrides, not reason, reason, guess[0],
+                          world.describe() if world else "", command, predicted_steps=guess[1]))
     name = sweep.name or Path(sweep_dir).name
     group = master.logging.wandb.group or name
     base_values = swept_values(master, dict(master.hydra.runtime.choices), keys)

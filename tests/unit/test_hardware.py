@@ -32,7 +32,7 @@ by_ranks:
 sources:
   tflops: a vendor page
 """
-NAMES = "b200, cpu_2core, gb200, h100_sxm, h200_sxm"
+NAMES = "b200, cpu_2core, gb200, gb300, h100_sxm, h200_sxm"
 
 
 def read(tmp_path, text: str):
@@ -61,10 +61,12 @@ def test_the_valid_file_loads_with_its_bounds_included(tmp_path):
                              "in launcher/config/cluster.py says what each figure is)"),
     # a figure that is not a hardware figure
     ("cores: 0", "core: 2", "hardware/bad.yaml has core, which is not a hardware figure; use "
-                            "async_host, by_ranks, cores, gpus_per_node, hbm_gbps, "
-                            "inter_node_gbps, intra_node_gbps, latency_us, layer_host_us, "
-                            "matmul_fraction, memory_gib, moe_layer_host_us, name, "
-                            "nvlink_domain, sources, step_host_us, tflops"),
+                            "async_host, attention_fraction, bus_fraction, by_ranks, cores, "
+                            "gemm_fraction, gpus_per_node, hbm_fraction, hbm_gbps, "
+                            "inter_node_gbps, intra_node_gbps, latency_us, launch_us, "
+                            "layer_host_us, matmul_fraction, memory_gib, moe_layer_host_us, "
+                            "name, nic_fraction, nvlink_domain, published_mfu, sms, sources, "
+                            "step_host_us, tflops"),
     # wrong types: a string, a list, a bool or null where a number goes; a number where a bool
     # goes; a fraction or a quoted number where an integer goes
     ("hbm_gbps: 3350", "hbm_gbps: fast",
@@ -155,9 +157,10 @@ def test_the_valid_file_loads_with_its_bounds_included(tmp_path):
      "hardware/bad.yaml: sources.tflops=989 is not a string; give sources.tflops a string"),
     ("  tflops: a vendor page", "  tflop: a vendor page",
      "hardware/bad.yaml: sources has tflop, which is not a figure it may hold; use name, "
-     "memory_gib, tflops, matmul_fraction, hbm_gbps, intra_node_gbps, inter_node_gbps, "
-     "latency_us, nvlink_domain, gpus_per_node, layer_host_us, moe_layer_host_us, "
-     "step_host_us, async_host, cores, by_ranks, sources"),
+     "memory_gib, tflops, hbm_gbps, intra_node_gbps, inter_node_gbps, latency_us, "
+     "nvlink_domain, gpus_per_node, step_host_us, async_host, matmul_fraction, "
+     "layer_host_us, moe_layer_host_us, sms, gemm_fraction, attention_fraction, hbm_fraction, "
+     "bus_fraction, nic_fraction, launch_us, published_mfu, cores, by_ranks, sources"),
 ])
 def test_a_bad_figure_is_refused_in_one_line(tmp_path, old, new, message):
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
@@ -195,3 +198,68 @@ def test_the_cluster_key_refuses_a_path_when_the_config_is_converted():
         compose(["+recipe=gpt", "cluster.gpu=../hardware/h100_sxm"])
     with pytest.raises(ConfigError, match=r"^cluster.gpu is empty; set cluster.gpu=null"):
         compose(["+recipe=gpt", "cluster.gpu=''"])
+
+
+# A GPU's file: the kernel classes instead of the CPU's matmul_fraction and host times
+GPU = """\
+name: a test GPU
+memory_gib: 80
+tflops: {bf16: 989, fp8: 1979}
+hbm_gbps: 3350
+intra_node_gbps: 450
+inter_node_gbps: 50
+latency_us: 15
+nvlink_domain: 8
+gpus_per_node: 8
+step_host_us: 1000
+async_host: true
+sms: 132
+gemm_fraction: {bf16: [0.75, 0.80], fp8: [0.64, 0.72]}
+attention_fraction: {2048: [0.41, 0.51], 8192: [0.45, 0.58]}
+hbm_fraction: [0.71, 0.90]
+bus_fraction: [0.80, 0.82]
+nic_fraction: [0.50, 0.96]
+launch_us: [2, 8]
+published_mfu: {bf16: 0.59}
+"""
+
+
+def test_a_gpu_file_with_its_kernel_classes_loads(tmp_path):
+    hw = read(tmp_path, GPU)
+    assert hw.matmul_fraction is None and hw.hbm_fraction == (0.71, 0.90)
+    assert hw.attention_fraction == {2048: [0.41, 0.51], 8192: [0.45, 0.58]}
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("hbm_fraction: [0.71, 0.90]", "hbm_fraction: 0.8",
+     "hardware/bad.yaml: hbm_fraction=0.8 is not [low, high]; give hbm_fraction as two numbers, "
+     "e.g. [0.7, 0.8]"),
+    ("hbm_fraction: [0.71, 0.90]", "hbm_fraction: [0.90, 0.71]",
+     "hardware/bad.yaml: hbm_fraction=[0.9, 0.71] has its low end above its high end; give "
+     "hbm_fraction as [0.71, 0.9]"),
+    ("hbm_fraction: [0.71, 0.90]", "hbm_fraction: [0, 0.9]",
+     "hardware/bad.yaml: hbm_fraction=0 must be in (0, 1]; set hbm_fraction to a number in "
+     "(0, 1]"),
+    ("fp8: [0.64, 0.72]", "fp8: [0.64, 1.72]",
+     "hardware/bad.yaml: gemm_fraction.fp8=1.72 must be in (0, 1]; set gemm_fraction.fp8 to a "
+     "number in (0, 1]"),
+    ("8192: [0.45, 0.58]", "long: [0.45, 0.58]",
+     "hardware/bad.yaml: attention_fraction has the key 'long', which is not a positive integer "
+     "(a sequence length); make each key of attention_fraction a positive integer (a sequence "
+     "length)"),
+    ("launch_us: [2, 8]\n", "",
+     "hardware/bad.yaml has sms but no launch_us; a GPU's kernel classes need all of sms, "
+     "gemm_fraction, attention_fraction, hbm_fraction, bus_fraction, nic_fraction, launch_us"),
+])
+def test_a_bad_kernel_class_is_refused_in_one_line(tmp_path, old, new, message):
+    assert old in GPU, old
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        read(tmp_path, GPU.replace(old, new))
+
+
+def test_a_file_without_matmul_fraction_or_kernel_classes_is_refused(tmp_path):
+    cpu = VALID.replace("matmul_fraction: 0.8\n", "")
+    with pytest.raises(ConfigError, match=r"^hardware/bad.yaml has neither matmul_fraction nor "
+                                          r"the kernel classes; add matmul_fraction \(a CPU\) "
+                                          r"or sms, gemm_fraction"):
+        read(tmp_path, cpu)
