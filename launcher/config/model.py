@@ -225,8 +225,9 @@ class FsdpConfig:
     suggested_communication_unit_size: Optional[int] = None
     """Elements M-FSDP communicates at once: an all-gather prefetches the next buckets until
     half of this much is on its way, and the reduce-scatter queue holds this much. null, as
-    Megatron-LM: megatron's default, at least 1e9 elements (every bucket of most models is
-    prefetched with the first)."""
+    Megatron-LM: megatron-core's default, twice the mean layer bounded by 1e9 elements: at least
+    1e9 in 0.19.2 (every bucket of most models is prefetched with the first), at most 1e9 on
+    Megatron-LM's main."""
     nccl_ub: bool = False
     """NCCL user-buffer registration of the FSDP buffers (GPU only; needs fsdp.double_buffer=true,
     which Megatron-LM turns on silently and the launcher asks for instead). Registration is

@@ -18,9 +18,10 @@ set before any rank starts (`environment.py`), and what this installation can bu
 Transformer Engine, the layer spec, context parallelism, grouped GEMM, MoE in graphs; `fusions.py`:
 the fused kernels a run uses); the run as Megatron-LM's command line (`megatron_lm.py`); and the
 dry-run estimate (`estimate.py`: the same arithmetic, without torch; `fit.py`: whether its memory
-fits the cluster's GPU, and the cheapest change that does). It may import `config`, `data` and
-`files`, never `sweep`.
+fits the cluster's GPU, and the cheapest change that does; `communication_unit.py`: Megatron-FSDP's
+default communication unit as the installed megatron-core's version infers it). It may import
+`config`, `data` and `files`, never `sweep`.
 torch and megatron are imported inside the modules that train, never by `ranks`, `failures`,
-`metrics`, `estimate`, `fit`, `environment`, `preflight`, `support`, `fusions`, `megatron_lm`,
-`resume`, `rendezvous` or `crashes`.
+`metrics`, `estimate`, `fit`, `communication_unit`, `environment`, `preflight`, `support`,
+`fusions`, `megatron_lm`, `resume`, `rendezvous` or `crashes`.
 """

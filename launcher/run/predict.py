@@ -12,8 +12,11 @@ param_and_grad_buffer.py):
   the main gradients' (fsdp.grad_comm_dtype, else main_grads_dtype, else the weights' dtype).
 - optim_grads_params gathers every layer in the forward and again in the backward (released
   after each use), prefetching the next buckets until half of suggested_communication_unit_size
-  (default max(1e9, 2 x the mean layer)) is on its way; the first group stays gathered for the
-  step. Each layer's gradients are reduce-scattered once its backward is done, every microbatch.
+  is on its way; the first group stays gathered for the step. Its default is twice the mean
+  layer bounded by 1e9 elements the way the installed megatron-core bounds it
+  (launcher/run/communication_unit.py): at least 1e9 in 0.19.2, at most 1e9 on Megatron-LM's
+  main since PR #7134 (unreleased). Each layer's gradients are reduce-scattered once its
+  backward is done, every microbatch.
   optim and optim_grads gather once per step; optim reduces once, after the last microbatch.
 - The switch: on, the optimizer step's start_param_sync gathers the first group and the prefetch
   window behind it; off, the first forward gathers the first group alone and waits for it,
@@ -44,12 +47,12 @@ from launcher.config import (
 )
 from launcher.config.cluster import Hardware
 from launcher.config.world import World, resolve_world
+from launcher.run.communication_unit import communication_unit
 from launcher.run.estimate import gradient_dtypes, layer_parameters, memory_per_gpu, padded_vocab
 from launcher.run.kernels import Gemm, at, gemm_s, hbm_rate, layer_s
 from launcher.run.layout import parameter_groups
 from launcher.run.metrics import flops_per_step
 
-DEFAULT_UNIT = 1e9  # Megatron-FSDP's floor for suggested_communication_unit_size
 GIB = 2**30
 
 
@@ -294,12 +297,16 @@ def window(units: List[Unit], start: int, step: int, elements: float) -> List[in
     return chosen
 
 
-def prefetch_elements(cfg: Config, units: List[Unit]) -> float:
+def prefetch_elements(cfg: Config, units: List[Unit], version: Optional[str] = None) -> int:
+    """Elements one all-gather hook has on its way, its own bucket's included (Megatron-FSDP's
+    suggested_AG_prefetch_size): half of fsdp.suggested_communication_unit_size, or where that
+    is null, of the unit megatron-core `version` (None: the installed one) infers from the
+    mean layer (launcher/run/communication_unit.py)."""
     size = cfg.fsdp.suggested_communication_unit_size
     if size is None:
         layers = [u.params for u in units if not u.resident] or [0]
-        size = max(DEFAULT_UNIT, 2 * sum(layers) / len(layers))
-    return size / 2
+        size = communication_unit(sum(layers) // len(layers), version)
+    return size // 2
 
 
 class Channel:

@@ -1,9 +1,10 @@
-"""Prints, as JSON, the parameter groups of the real Megatron-FSDP that `launch OVERRIDES` builds
-on one CPU rank, in the engine's order: [{"params": numel, "experts": bool, "main_grads": the
-main-gradient buffer's dtype, "comm": the dtype its reduce-scatter moves (the adapter's
-MixedPrecisionPolicy.grad_comm_dtype, else the group's gradient dtype: param_and_grad_buffer.py's
-grad_dtype_fn)}]. Used by tests/distributed/test_predict_layout.py and test_grad_dtypes.py; run
-as `python fsdp_groups.py PORT OVERRIDE...`."""
+"""Prints, as JSON, the all-gather prefetch size of the real Megatron-FSDP that `launch OVERRIDES`
+builds on one CPU rank ({"ag_prefetch": elements}: its suggested_AG_prefetch_size), then on the
+last line its parameter groups, in the engine's order: [{"params": numel, "experts": bool,
+"main_grads": the main-gradient buffer's dtype, "comm": the dtype its reduce-scatter moves (the
+adapter's MixedPrecisionPolicy.grad_comm_dtype, else the group's gradient dtype:
+param_and_grad_buffer.py's grad_dtype_fn)}]. Used by tests/distributed/test_predict_layout.py
+and test_grad_dtypes.py; run as `python fsdp_groups.py PORT OVERRIDE...`."""
 
 import json
 import os
@@ -36,6 +37,7 @@ def main() -> None:
                "main_grads": NAMES[group.main_grad_buffer.data.dtype],
                "comm": NAMES[comm or group.grad_dtype]}
               for group in model.param_and_grad_buffer.parameter_groups]
+    print(json.dumps({"ag_prefetch": model.module.suggested_AG_prefetch_size}))
     print(json.dumps(groups))
     torch.distributed.destroy_process_group()
 

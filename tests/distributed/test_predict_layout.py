@@ -2,7 +2,8 @@
 (launcher.run.layout.parameter_groups, arithmetic on the config) against the groups of the real
 engine built from the same config on one CPU rank, for the CPU twins of the GPT-2, Llama-3 and
 MoE recipes, with Megatron-LM's default bucket size and with one that splits the parameters
-outside the layers."""
+outside the layers; and, with fsdp units, the all-gather prefetch window (half the communication
+unit the installed megatron-core infers: launcher.run.communication_unit)."""
 
 import json
 import subprocess
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import compose
+from launcher.config import ShardingStrategy, load_hardware
 from launcher.run.layout import parameter_groups
+from launcher.run.predict import Cluster, prefetch_elements, units_of
 from launcher.run.spawn import free_port
 
 SCRIPT = Path(__file__).with_name("fsdp_groups.py")
@@ -35,8 +38,11 @@ def test_the_predicted_groups_are_the_engines(twin):
     built = subprocess.run([sys.executable, str(SCRIPT), str(free_port()), *TWINS[twin]],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
-    engine = [{"params": g["params"], "experts": g["experts"]}
-              for g in json.loads(built.stdout.strip().splitlines()[-1])]
-    predicted = [{"params": g.params, "experts": g.experts}
-                 for g in parameter_groups(compose(TWINS[twin]), 1)]
+    prefetch, groups = built.stdout.strip().splitlines()[-2:]
+    engine = [{"params": g["params"], "experts": g["experts"]} for g in json.loads(groups)]
+    cfg = compose(TWINS[twin])
+    predicted = [{"params": g.params, "experts": g.experts} for g in parameter_groups(cfg, 1)]
     assert predicted == engine
+    if cfg.fsdp.sharding_strategy == ShardingStrategy.optim_grads_params:  # else one unit
+        units = units_of(cfg, Cluster(load_hardware("cpu_2core"), 1, 1), cfg.train.matmul_dtype)
+        assert json.loads(prefetch)["ag_prefetch"] == prefetch_elements(cfg, units)

@@ -205,3 +205,51 @@ def test_the_bucket_keys_split_the_first_group_as_megatron_lms_flags():
 def test_bucket_size_and_num_buckets_together_are_refused():
     with pytest.raises(ConfigError, match=r"fsdp.bucket_size=100 and fsdp.num_buckets=2 both"):
         compose(TINY + ["fsdp.bucket_size=100", "fsdp.num_buckets=2"])
+
+
+@pytest.fixture(scope="module")
+def llama_units():
+    """Llama 3 8B on one node of 8 H100s with megatron-core's default communication unit (the
+    recipe sets 8e8 elements): the embeddings, the final norm with the output layer, then 32
+    layers of 218,112,000 elements."""
+    from launcher.run.predict import cluster_of
+
+    cfg = compose(["+recipe=llama3_8b", "cluster.gpu=h100_sxm", "runtime.nproc_per_node=8",
+                   "fsdp.suggested_communication_unit_size=null"])
+    return cfg, units_of(cfg, cluster_of(cfg), "bf16")
+
+
+@pytest.mark.parametrize("version, layers", [
+    ("0.19.2", 5e8 / 218_112_000),  # the floor: a unit of 1e9, a window of about 2.3 layers
+    ("0.20.0", 1),  # the cap: a unit of twice the mean layer, a window of one layer
+    ("0.20.0rc1+1a2b3c4", 1),  # a build of Megatron-LM's main
+])
+def test_megatron_cores_version_decides_the_prefetch_window(llama_units, version, layers):
+    from launcher.run.predict import prefetch_elements
+
+    cfg, units = llama_units
+    assert prefetch_elements(cfg, units, version) / units[2].params == pytest.approx(layers)
+
+
+def test_the_installed_megatron_core_decides_and_0_19_2_bounds_the_unit_from_below(llama_units):
+    """The dry run reads the megatron-core that pyproject.toml pins, 0.19.2, and takes its floor:
+    half of 1e9 elements."""
+    import tomllib
+    from pathlib import Path
+
+    from launcher.run.communication_unit import caps_unit, megatron_core_version
+    from launcher.run.predict import prefetch_elements
+
+    pins = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert f"megatron-core=={megatron_core_version()}" in pins["project"]["dependencies"]
+    assert megatron_core_version() == "0.19.2" and not caps_unit(megatron_core_version())
+    cfg, units = llama_units
+    assert prefetch_elements(cfg, units) == 500_000_000
+
+
+def test_a_set_communication_unit_is_used_as_it_is_by_every_version():
+    from launcher.run.predict import prefetch_elements
+
+    cfg = compose(TINY + ["fsdp.suggested_communication_unit_size=100001"])
+    units = units_of(cfg, Cluster(ROUND, 2, 1), "bf16")
+    assert {prefetch_elements(cfg, units, v) for v in ("0.19.2", "0.20.0")} == {50_000}
