@@ -17,7 +17,8 @@ minus on): predicted, measured in pairs (each round's back-to-back runs) with it
 whether the signs agree where the interval excludes zero. On 1 rank Megatron-FSDP gathers
 nothing and the model predicts a saving of exactly 0: those pairs are the measurement's control
 (the same code twice), whose interval should hold zero. Targets: step time within 0.75-1.33;
-the sign right wherever the measured interval excludes zero. Four ranks
+the sign right wherever the measured interval excludes zero; the last line adds the mean absolute
+percentage error of the step time over every cell. Four ranks
 share the machine's two cores: the model slows each rank's host and compute by ranks / cores.
 
 `--hardware measure` (the default): the hardware figures come from bench/calibrate.py's
@@ -82,8 +83,8 @@ def auto_hardware() -> str:
     if not torch.cuda.is_available():
         return "cpu_2core"
     name = torch.cuda.get_device_name()
-    for kind, file in (("H200", "h200_sxm"), ("H100", "h100_sxm"), ("B200", "b200"),
-                       ("GB200", "gb200")):
+    for kind, file in (("H200", "h200_sxm"), ("H100", "h100_sxm"), ("GB300", "gb300"),
+                       ("GB200", "gb200"), ("B200", "b200")):
         if kind in name:
             return file
     raise SystemExit(f"error: no hardware file for {name}; pass --hardware NAME")
@@ -202,8 +203,10 @@ def report(cells: list, runs: dict, args, hardware) -> None:
             print(f"| {model} | {ranks} | {saving * ms:+.2f} | {diff * ms:+.2f} "
                   f"[{low * ms:+.2f}, {high * ms:+.2f}] | {sign} |")
     inside = sum(0.75 <= r <= 1.33 for r in ratios)
+    error = statistics.mean(abs(r - 1) for r in ratios)
     print(f"\nstep_time_within_0.75_1.33={inside}/{len(ratios)} "
-          f"ratios={min(ratios):.2f}..{max(ratios):.2f} wrong_signs={wrong} "
+          f"ratios={min(ratios):.2f}..{max(ratios):.2f} "
+          f"mean_absolute_percentage_error={error:.1%} wrong_signs={wrong} "
           f"controls_excluding_0={controls_off}")
 
 

@@ -22,20 +22,26 @@ param_and_grad_buffer.py):
   window behind it; off, the first forward gathers the first group alone and waits for it,
   then the first layer gathers its own bucket and the window.
 - Collectives share one channel, in the order they are issued: t = latency + (n-1)/n x bytes /
-  bandwidth over n ranks (NVLink inside a domain, the NIC across).
-- Compute: Megatron-LM's model FLOPs (launcher/run/metrics.py) at the hardware's dense peak for
-  the dtype times its measured matmul fraction (with fp8, the core attention at bf16's); a full recomputation repeats the forward of the
-  recomputed layers. Each layer also costs `layer_host_us` of host time: on a GPU the kernels of
-  a layer run for max(FLOP time, host time) (gone under a full-iteration CUDA graph); on a CPU
-  the two add, and ranks beyond its cores share them.
+  bandwidth over n ranks. On a GPU, NVLink's bandwidth x bus_fraction inside the NVLink domain
+  (a DGX node's ranks, or an NVL72 rack); across domains the NICs of a domain's ranks together,
+  one per GPU, x nic_fraction, never more than NVLink's. On a CPU, gloo's measured figures.
+- Compute: on a GPU, by kernel class (launcher/run/kernels.py: GEMMs by shape, attention by
+  sequence length, memory-bound kernels by bytes, kernel launches behind which the kernels run,
+  gone under a full-iteration CUDA graph), every rate at `Cluster.end` of its band; on a CPU,
+  Megatron-LM's model FLOPs (launcher/run/metrics.py) at the measured matmul rate (with fp8, the
+  core attention at bf16's) plus the host's measured time per layer, ranks beyond its cores
+  sharing them. A full recomputation repeats the forward of the recomputed layers; tensor
+  parallelism splits a layer's compute over its ranks and adds its sequence-parallel
+  all-gathers and reduce-scatters.
 - The optimizer step streams the local shard's fp32 weights, gradients and both moments in
   and out of memory once. The step ends with the launcher's sync point: on a GPU
   torch.cuda.synchronize waits for the prefetch the switch issued, so on a GPU the switch saves
   only what the first forward would otherwise wait for beyond that; on a CPU (gloo) the host goes
   on, and the prefetch overlaps the host's work between steps (`step_host_us`).
-Left out: padding, kernel fusion differences, attention kernels' own efficiency, MoE load
-imbalance, pipeline / tensor / context parallelism, HSDP's outer reduction, and NCCL's sharing of
-the links between an all-gather and a reduce-scatter in flight together.
+Left out: padding, MoE load imbalance, pipeline and context parallelism, HSDP's outer
+reduction, NCCL's kernels taking SMs from the compute they overlap and its sharing of the links
+between an all-gather and a reduce-scatter in flight together, CPU offloading, and Megatron-FSDP's
+double buffer and exact prefetch budget (docs/prediction.md).
 """
 
 from dataclasses import dataclass, replace
