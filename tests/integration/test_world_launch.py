@@ -25,7 +25,7 @@ def launch(*args, cwd):
 
 
 def predicted(stdout: str) -> list:
-    return re.findall(r"[\d.]+ s/step, [\d,]+ tok/s/GPU, MFU \d+%", stdout)
+    return re.findall(r"[\d.]+ s/step \([\d.]+-[\d.]+\), [\d,]+ tok/s/GPU, MFU \d+%", stdout)
 
 
 def test_a_slurm_sweep_predicts_and_checks_the_world_its_jobs_get(tmp_path):
