@@ -11,8 +11,10 @@ param_and_grad_buffer.py):
   the whole bucket (padding left out): an all-gather in the weights' dtype, a reduce-scatter in
   the main gradients' (fsdp.grad_comm_dtype, else main_grads_dtype, else the weights' dtype).
 - optim_grads_params gathers every layer in the forward and again in the backward (released
-  after each use), prefetching the next buckets until half of suggested_communication_unit_size
-  is on its way; the first group stays gathered for the step. Its default is twice the mean
+  after each use), each hook prefetching the next buckets while those it added hold fewer than
+  half of suggested_communication_unit_size elements (at least one; with fsdp.double_buffer at
+  most one layer ahead, and none from a bucket outside the layers); the first group stays
+  gathered for the step. Its default is twice the mean
   layer bounded by 1e9 elements the way the installed megatron-core bounds it
   (launcher/run/communication_unit.py): at least 1e9 in 0.19.2, at most 1e9 on Megatron-LM's
   main since PR #7134 (unreleased). Each layer's gradients are reduce-scattered once its
@@ -40,8 +42,8 @@ param_and_grad_buffer.py):
   on, and the prefetch overlaps the host's work between steps (`step_host_us`).
 Left out: padding, MoE load imbalance, pipeline and context parallelism, HSDP's outer
 reduction, NCCL's kernels taking SMs from the compute they overlap and its sharing of the links
-between an all-gather and a reduce-scatter in flight together, CPU offloading, and Megatron-FSDP's
-double buffer and exact prefetch budget (docs/prediction.md).
+between an all-gather and a reduce-scatter in flight together, and CPU offloading
+(docs/prediction.md).
 """
 
 from dataclasses import dataclass, replace
@@ -291,14 +293,21 @@ def merged(units: List[Unit]) -> Unit:
                 sum(u.backward_s for u in units), resident=True)
 
 
-def window(units: List[Unit], start: int, step: int, elements: float) -> List[int]:
-    """The units one hook gathers: its own, then the next ones (step +1 forward, -1 backward,
-    never the buckets outside the layers, which stay gathered) until `elements` are on their
-    way."""
-    chosen, total, at = [start], units[start].params, start + step
-    while 0 <= at < len(units) and not (step < 0 and units[at].resident) and total < elements:
+def window(units: List[Unit], start: int, step: int, elements: float,
+           double_buffer: bool = False) -> List[int]:
+    """The units one hook gathers, as Megatron-FSDP's all_gather_params chooses them
+    (param_and_grad_buffer.py in megatron-core 0.19.2): its own, then the next ones (step +1
+    forward, -1 backward, never the buckets outside the layers, which stay gathered) while those
+    added so far, its own not counted, hold fewer than `elements`. With fsdp.double_buffer, at
+    most two layers (its own and one more), and nothing beyond a bucket outside the layers."""
+    chosen, added, at = [start], 0, start + step
+    if double_buffer and units[start].resident:
+        return chosen
+    while 0 <= at < len(units) and not (step < 0 and units[at].resident) and added < elements:
+        if double_buffer and len([u for u in chosen if not units[u].resident]) >= 2:
+            break
         chosen.append(at)
-        total += units[at].params
+        added += units[at].params
         at += step
     return chosen
 
@@ -334,14 +343,14 @@ def simulate(cfg: Config, units: List[Unit], cluster: Cluster, prefetch: bool) -
     released = strategy == ShardingStrategy.optim_grads_params
     every_microbatch = strategy in (ShardingStrategy.optim_grads,
                                     ShardingStrategy.optim_grads_params)
-    elements = prefetch_elements(cfg, units)
+    elements, double = prefetch_elements(cfg, units), cfg.fsdp.double_buffer
     gap = cluster.host_s("step_host_us")
     dp = cluster.world // cfg.parallel.model_parallel_size
     microbatches = cfg.train.global_batch_size // (cfg.train.micro_batch_size * dp)
     channel, ready, t, tail = Channel(), {}, 0.0, 0.0
     gathers = strategy != ShardingStrategy.no_shard
     if gathers and prefetch:  # issued by the last step's start_param_sync
-        issued = window(units, 0, 1, elements)
+        issued = window(units, 0, 1, elements, double)
         if hw.async_host:  # torch.cuda.synchronize at the step's end waited for it
             tail = sum(units[u].allgather_s for u in issued)
             ready = {u: 0.0 for u in issued}
@@ -351,7 +360,7 @@ def simulate(cfg: Config, units: List[Unit], cluster: Cluster, prefetch: bool) -
     first_wait, compute = None, 0.0
 
     def gather(u: int, step: int, alone: bool = False) -> float:
-        for v in ([u] if alone else window(units, u, step, elements)):
+        for v in ([u] if alone else window(units, u, step, elements, double)):
             if v not in ready:
                 ready[v] = channel.run(t, units[v].allgather_s)
         return max(0.0, ready[u] - t)
@@ -426,7 +435,7 @@ def switch(cfg: Config, units: List[Unit], cluster: Cluster, this: Timeline) -> 
         return None, "a full-iteration CUDA graph needs the switch off"
     on = this if cfg.fsdp.prefetch_first_param_group else simulate(cfg, units, cluster, True)
     off = simulate(cfg, units, cluster, False) if cfg.fsdp.prefetch_first_param_group else this
-    issued = window(units, 0, 1, prefetch_elements(cfg, units))
+    issued = window(units, 0, 1, prefetch_elements(cfg, units), cfg.fsdp.double_buffer)
     ms = 1e3
     if cluster.hardware.async_host:
         why = (f"off, the first forward waits {off.first_wait_s * ms:.3g} ms for the first "

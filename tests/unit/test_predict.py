@@ -253,3 +253,22 @@ def test_a_set_communication_unit_is_used_as_it_is_by_every_version():
     cfg = compose(TINY + ["fsdp.suggested_communication_unit_size=100001"])
     units = units_of(cfg, Cluster(ROUND, 2, 1), "bf16")
     assert {prefetch_elements(cfg, units, v) for v in ("0.19.2", "0.20.0")} == {50_000}
+
+
+def test_a_hook_prefetches_as_megatron_fsdps_all_gather_params():
+    """The budget counts only the buckets a hook adds beyond its own, so it adds at least one;
+    the double buffer holds two layers at most and prefetches nothing from a bucket outside
+    them (param_and_grad_buffer.py all_gather_params, megatron-core 0.19.2)."""
+    from launcher.run.predict import Unit, window
+
+    def unit(params, resident=False):
+        return Unit("u", params, 0.0, 0.0, 0.0, 0.0, resident)
+
+    units = [unit(10, True), unit(100), unit(100), unit(100), unit(100)]
+    assert window(units, 1, 1, 50) == [1, 2]  # a budget under one layer still adds one
+    assert window(units, 1, 1, 150) == [1, 2, 3]  # 100 added < 150: one more
+    assert window(units, 4, -1, 150) == [4, 3, 2]  # backward, the same budget
+    assert window(units, 3, -1, 1e9) == [3, 2, 1]  # never the bucket outside the layers
+    assert window(units, 1, 1, 1e9, double_buffer=True) == [1, 2]  # two layers at most
+    assert window(units, 0, 1, 1e9) == [0, 1, 2, 3, 4]
+    assert window(units, 0, 1, 1e9, double_buffer=True) == [0]  # no prefetch from outside
