@@ -36,7 +36,7 @@ def describe_prediction(cfg: Config, world: Optional[World] = None) -> List[str]
     p, hw, ms = predict(cfg, cluster), cluster.hardware, 1e3
     t = p.timeline
     between = cluster.host_s("step_host_us")
-    exposed = t.step_s - t.compute_s - t.optimizer_s - between
+    exposed = max(0.0, t.step_s - t.compute_s - t.optimizer_s - between)  # not -2.8e-17
     lines = [f"[predict] {hw.name} x {cluster.world} ({cluster.nodes} node(s) of "
              f"{cluster.gpus_per_node}): {t.step_s:.4g} s a step = compute {t.compute_s:.4g} s "
              f"+ exposed communication {exposed:.4g} s + optimizer {t.optimizer_s:.4g} s + "
@@ -54,7 +54,7 @@ def describe_prediction(cfg: Config, world: Optional[World] = None) -> List[str]
                  f"{span(slow.tflops_per_gpu, fast.tflops_per_gpu, ',.4g')} TFLOP/s/GPU, "
                  f"MFU {p.mfu:.1%}{span(slow.mfu * 100, fast.mfu * 100, '.1f', '%')}, memory per "
                  f"GPU {fit(cfg, cluster).text()}")
-    if slow is not p or fast is not p:
+    if cluster.kernel_classes:  # a CPU's figures are measured: no band
         lines.append(f"[predict] the range runs from every kernel class's rate at the low end of "
                      f"its public measurements to every one at the high end (hardware/"
                      f"{cfg.cluster.gpu}.yaml, docs/prediction.md)")
