@@ -3,6 +3,7 @@ bench/published.py prints now: a change to the time model or a hardware file tha
 prediction must move the page too."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,12 +27,15 @@ def test_the_pages_table_is_the_benchmarks():
 
 
 def test_every_row_is_a_command_a_user_can_dry_run():
-    """Each row's overrides compose and pass the pre-flight a dry run runs: no key set is inert
-    (the recipe's recomputation keys that no recomputation makes moot are a note)."""
+    """Each row's overrides compose and pass the pre-flight a dry run runs (no key set is inert;
+    the recipe's recomputation keys that no recomputation makes moot are a note), in the row's
+    world: as many GPUs as it names."""
     from launcher.cli import compose
     from launcher.config.effect import given_keys
     from launcher.run.preflight import preflight
 
     for row in published().ROWS:
         overrides = [*row.overrides, "runtime.dry_run=true"]
-        preflight(compose(overrides), None, here=False, given=given_keys(overrides))
+        cleared = preflight(compose(overrides), None, here=False, given=given_keys(overrides))
+        gpus = int(re.search(r"(\d+) x ", row.what).group(1))  # "64 x GB200"
+        assert cleared.world.size == gpus, (row.what, cleared.world.describe())
