@@ -115,7 +115,8 @@ def host_times(figures: dict, ranks: int, layers: list) -> tuple:
     microbatches is a layer's host time, its intercept the step's own."""
     from launcher.cli import compose
     from launcher.config import Hardware
-    from launcher.run.predict import Cluster, simulate, units_of
+    from launcher.run.predict import simulate, units_of
+    from launcher.run.topology import Cluster
 
     entry = {**figures["by_ranks"][ranks], "layer_host_us": 0.0, "step_host_us": 0.0}
     bare = Hardware(**{**figures, "by_ranks": {ranks: entry}})
@@ -146,7 +147,8 @@ def moe_host_us(figures: dict, ranks: int, host: dict) -> float:
     with no host time in its layers, over its layers and microbatches."""
     from launcher.cli import compose
     from launcher.config import Hardware
-    from launcher.run.predict import Cluster, simulate, units_of
+    from launcher.run.predict import simulate, units_of
+    from launcher.run.topology import Cluster
 
     args = [*MOE_CALIBRATION, f"runtime.nproc_per_node={ranks}",
             f"parallel.expert_model_parallel_size={min(ranks, 2)}"]

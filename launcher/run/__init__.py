@@ -19,9 +19,12 @@ Transformer Engine, the layer spec, context parallelism, grouped GEMM, MoE in gr
 the fused kernels a run uses); the run as Megatron-LM's command line (`megatron_lm.py`); and the
 dry-run estimate (`estimate.py`: the same arithmetic, without torch; `fit.py`: whether its memory
 fits the cluster's GPU, and the cheapest change that does; `communication_unit.py`: Megatron-FSDP's
-default communication unit as the installed megatron-core's version infers it). It may import
+default communication unit as the installed megatron-core's version infers it; `predict.py`, the
+time model, with `kernels.py`, a GPU layer by kernel class, and `topology.py`, the cluster's
+NVLink domains, NICs and collectives). It may import
 `config`, `data` and `files`, never `sweep`.
 torch and megatron are imported inside the modules that train, never by `ranks`, `failures`,
-`metrics`, `estimate`, `fit`, `communication_unit`, `environment`, `preflight`, `support`,
-`fusions`, `megatron_lm`, `resume`, `rendezvous` or `crashes`.
+`metrics`, `estimate`, `fit`, `communication_unit`, `predict`, `kernels`, `topology`,
+`environment`, `preflight`, `support`, `fusions`, `megatron_lm`, `resume`, `rendezvous` or
+`crashes`.
 """

@@ -17,7 +17,8 @@ from launcher.config import (
     Config, ConfigError, RecomputeGranularity, RecomputeMethod, ShardingStrategy,
 )
 from launcher.run.estimate import memory_per_gpu
-from launcher.run.predict import GIB, Cluster, predict
+from launcher.run.predict import GIB, predict
+from launcher.run.topology import Cluster
 
 SHARDING_ORDER = [ShardingStrategy.no_shard, ShardingStrategy.optim, ShardingStrategy.optim_grads,
                   ShardingStrategy.optim_grads_params]

@@ -15,7 +15,8 @@ import pytest
 from launcher.cli import compose
 from launcher.config import ShardingStrategy, load_hardware
 from launcher.run.layout import parameter_groups
-from launcher.run.predict import Cluster, prefetch_elements, units_of
+from launcher.run.predict import prefetch_elements, units_of
+from launcher.run.topology import Cluster
 from launcher.run.spawn import free_port
 
 SCRIPT = Path(__file__).with_name("fsdp_groups.py")

@@ -13,7 +13,8 @@ from launcher.run.kernels import (
     Gemm, attention_share, gemm_s, kernels_per_layer, layer_gemms, memory_bound_bytes,
     wave_efficiency,
 )
-from launcher.run.predict import Cluster, predict, predict_band
+from launcher.run.predict import predict, predict_band
+from launcher.run.topology import Cluster
 from launcher.run.prediction_text import describe_prediction, short
 from launcher.sweep.driver import predicted_order
 from launcher.sweep.plan import Cell

@@ -9,7 +9,8 @@ from launcher.cli import compose
 from launcher.config import ConfigError, Hardware, load_hardware
 from launcher.config.cluster import hardware_names
 from launcher.run.layout import parameter_groups
-from launcher.run.predict import Cluster, predict, simulate, units_of
+from launcher.run.predict import predict, simulate, units_of
+from launcher.run.topology import Cluster
 
 # The gpt recipe on the tiny GPT (2 layers, hidden 64, 4 heads, sequence 32, vocabulary 128,
 # GELU MLP of 256, LayerNorm, learned positions, tied embeddings), bf16, 2 ranks, global batch 8
