@@ -83,6 +83,10 @@ class Hardware:
     launch_us: Optional[Band] = None
     """A GPU: the host's time to issue one kernel in eager PyTorch, microseconds (a layer's
     kernels run behind it; a CUDA graph replays them without it)."""
+    host_link_gbps: Optional[Band] = None
+    """A GPU: GB/s one way between it and its host's memory, as copies reach it with every GPU
+    of the host copying (PCIe, or NVLink-C2C shared with the Grace CPU's other GPU): what
+    model.cpu_offloading_num_layers moves activations at."""
     published_mfu: Optional[Dict[str, float]] = None
     """A GPU, by dtype: the highest MFU a published training run of this GPU kind reached; a
     prediction above it says so."""
@@ -137,12 +141,13 @@ RANGES = {
     "nvlink_domain": "> 0", "gpus_per_node": "> 0", "layer_host_us": ">= 0",
     "moe_layer_host_us": ">= 0", "step_host_us": ">= 0", "cores": ">= 0", "sms": "> 0",
     "gemm_fraction": "in (0, 1]", "attention_fraction": "in (0, 1]", "hbm_fraction": "in (0, 1]",
-    "bus_fraction": "in (0, 1]", "nic_fraction": "in (0, 1]", "launch_us": ">= 0", "published_mfu": "in (0, 1]",
+    "bus_fraction": "in (0, 1]", "nic_fraction": "in (0, 1]", "launch_us": ">= 0",
+    "host_link_gbps": "> 0", "published_mfu": "in (0, 1]",
 }
 WITHIN = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in (0, 1]": lambda v: 0 < v <= 1}
-BANDS = ("hbm_fraction", "bus_fraction", "nic_fraction", "launch_us")
+BANDS = ("hbm_fraction", "bus_fraction", "nic_fraction", "launch_us", "host_link_gbps")
 KERNEL_CLASSES = ("sms", "gemm_fraction", "attention_fraction", "hbm_fraction", "bus_fraction",
-                  "nic_fraction", "launch_us")
+                  "nic_fraction", "launch_us", "host_link_gbps")
 """A GPU file's figures for the kernel-class model (launcher/run/kernels.py): all or none."""
 
 # The figures by_ranks may hold for a rank count (Hardware.at reads them)

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 from launcher.config.choices import (
     Activation, CudaGraphImpl, CudaGraphModule, FsdpDtype, LayerSpec, Normalization,
-    OuterSharding, PositionEmbedding, ShardingStrategy,
+    OuterSharding, PositionEmbedding, RecomputeGranularity, ShardingStrategy,
 )
 from launcher.config.fusions import FusionsConfig
 from launcher.config.layers import MoeConfig, RecomputeConfig
@@ -85,6 +85,12 @@ class ModelConfig:
     """Mixture of experts (see model.moe.*)."""
     recompute: RecomputeConfig = field(default_factory=RecomputeConfig)
     """Activation recomputation (see model.recompute.*)."""
+    cpu_offloading_num_layers: int = 0
+    """Layers whose activations go to the host's memory in the forward pass and come back for
+    the backward, the first ones (TransformerConfig cpu_offloading with cpu_offloading_num_layers,
+    Megatron-LM --cpu-offloading-num-layers, Megatron-Bridge's Llama-3 70B and 405B presets);
+    0: none. Needs Transformer Engine, fewer than model.num_layers and no recomputation
+    (megatron-core refuses each)."""
     layer_spec: LayerSpec = LayerSpec.auto
     """megatron-core's layer spec: transformer_engine (its TE modules), local (torch modules, what
     builds without Transformer Engine), or auto: transformer_engine where Transformer Engine is
@@ -122,8 +128,24 @@ class ModelConfig:
                 raise ConfigError(f"model.{key}={getattr(self, key)} must lie in [0, 1); set a "
                                   "probability like 0.1, or 0 for none")
         self._check_rope()
+        self._check_offloading()
         self.moe.check_layers(self.num_layers)
         self.recompute.check_layers(self.num_layers, self.moe)
+
+    def _check_offloading(self) -> None:
+        """megatron-core's TransformerConfig rules for cpu_offloading (transformer_config.py)."""
+        n = self.cpu_offloading_num_layers
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n < self.num_layers:
+            raise ConfigError(
+                f"model.cpu_offloading_num_layers={n} must be a whole number from 0 to "
+                f"model.num_layers-1={self.num_layers - 1} (megatron-core offloads fewer layers "
+                "than the model has); set it in that range, or 0 for none")
+        if n and self.recompute.granularity is not None:
+            raise ConfigError(
+                f"model.cpu_offloading_num_layers={n} cannot be combined with "
+                f"model.recompute.granularity={RecomputeGranularity(self.recompute.granularity).value}"
+                " (megatron-core refuses CPU offloading with recomputation); set "
+                "model.recompute.granularity=null, or model.cpu_offloading_num_layers=0")
 
     def _check_rope(self) -> None:
         rope = PositionEmbedding(self.position_embedding) == PositionEmbedding.rope

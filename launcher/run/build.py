@@ -62,6 +62,7 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
         expert_model_parallel_size=parallel.expert_model_parallel_size,
         **moe_fields(model.moe, model.num_layers),
         **recompute_fields(model.recompute),
+        **offloading_fields(model.cpu_offloading_num_layers),
         **fp8_fields(train.fp8),
         bf16=bf16,
         params_dtype=torch.bfloat16 if bf16 else torch.float32,
@@ -120,6 +121,13 @@ def recompute_fields(recompute: RecomputeConfig) -> dict:
         recompute_num_layers=recompute.num_layers,
         recompute_modules=[m.value for m in recompute.modules],
     )
+
+
+def offloading_fields(layers: int) -> dict:
+    """model.cpu_offloading_num_layers as TransformerConfig's fields, as Megatron-LM's
+    validate_args sets cpu_offloading from --cpu-offloading-num-layers (arguments.py); none
+    without offloading, where megatron-core's defaults are Megatron-LM's."""
+    return dict(cpu_offloading=True, cpu_offloading_num_layers=layers) if layers else {}
 
 
 def ddp_config(fsdp: FsdpConfig, cuda_graph: CudaGraphConfig, train: TrainConfig,

@@ -30,7 +30,8 @@ expert data-parallel group, dp / expert-parallel size, each rank holding experts
   spec) keeps none, nor does selective recomputation of core_attn. Full recomputation keeps the
   input of each recomputed chunk (2*s*b*h in 16-bit; uniform: chunks of num_layers layers;
   block: the first num_layers layers one by one) and one chunk's activations while it is
-  recomputed.
+  recomputed. With model.cpu_offloading_num_layers = n, n layers' activations are in the host's
+  memory, but for one layer's on its way.
 A sharded strategy also holds the unsharded weights of the layers in flight and their gradient
 buckets, an MoE layer the tokens dispatched to its experts, and a gradient communication dtype
 other than the main gradients' its cast buckets; all are left out.
@@ -208,8 +209,8 @@ def shards(cfg: Config, part: str, sharded: tuple, group: int) -> int:
     return group if across else max(group // instances, 1)
 
 
-def activation_bytes(cfg: Config, spec: LayerSpec) -> float:
-    """One microbatch's activations with `spec` (see the module's docstring)."""
+def layer_activation_bytes(cfg: Config, spec: LayerSpec) -> float:
+    """One layer's activations for one microbatch with `spec`, nothing recomputed."""
     m, b = cfg.model, cfg.train.micro_batch_size
     s, h, a = m.seq_length, m.hidden_size, m.num_attention_heads
     width = 1 if cfg.train.precision == Precision.bf16 else 2
@@ -219,8 +220,19 @@ def activation_bytes(cfg: Config, spec: LayerSpec) -> float:
             recompute.granularity == RecomputeGranularity.selective
             and RecomputeModule.core_attn in recompute.modules):
         scores = 0  # fused attention keeps no s x s scores; nor does recomputing them
-    per_layer = s * b * h * (34 + scores) * width
-    layers = m.num_layers * per_layer
+    return s * b * h * (34 + scores) * width
+
+
+def activation_bytes(cfg: Config, spec: LayerSpec) -> float:
+    """One microbatch's activations with `spec` (see the module's docstring)."""
+    m, b = cfg.model, cfg.train.micro_batch_size
+    s, h = m.seq_length, m.hidden_size
+    width = 1 if cfg.train.precision == Precision.bf16 else 2
+    recompute = m.recompute
+    per_layer = layer_activation_bytes(cfg, spec)
+    offloaded = m.cpu_offloading_num_layers
+    # offloaded layers' activations are in the host's memory, but for the one on its way
+    layers = (m.num_layers - offloaded + (1 if offloaded else 0)) * per_layer
     if recompute.granularity == RecomputeGranularity.full:
         n, layer_input = min(recompute.num_layers, m.num_layers), 2 * s * b * h * width
         if recompute.method == RecomputeMethod.uniform:  # each chunk of n keeps its input

@@ -67,6 +67,11 @@ def hbm_rate(hw: Hardware, end: float) -> float:
     return hw.hbm_gbps * 1e9 * at(hw.hbm_fraction, end)
 
 
+def host_link_rate(hw: Hardware, end: float) -> float:
+    """Bytes/s one way between a GPU and its host's memory (what CPU offloading moves at)."""
+    return at(hw.host_link_gbps, end) * 1e9
+
+
 def layer_gemms(cfg: Config, moe: int, tokens: int) -> List[Gemm]:
     """The forward GEMMs of one layer for `tokens` tokens on one rank: QKV, the projection, the
     MLP's two (a mixture of experts: each local expert's, on its share of the routed tokens, and a

@@ -60,6 +60,8 @@ def model_flags(cfg: Config, fusions: Fusions, spec: LayerSpec) -> list:
     if m.attention_softmax_in_fp32:
         out.append("--attention-softmax-in-fp32")
     out += position_flags(cfg) + fusion_flags(cfg, fusions) + moe_flags(cfg) + recompute_flags(cfg)
+    if m.cpu_offloading_num_layers:
+        out += ["--cpu-offloading-num-layers", m.cpu_offloading_num_layers]
     return out
 
 

@@ -34,7 +34,10 @@ param_and_grad_buffer.py):
   core attention at bf16's) plus the host's measured time per layer, ranks beyond its cores
   sharing them. A full recomputation repeats the forward of the recomputed layers; tensor
   parallelism splits a layer's compute over its ranks and adds its sequence-parallel
-  all-gathers and reduce-scatters.
+  all-gathers and reduce-scatters. CPU offloading (model.cpu_offloading_num_layers) copies each
+  offloaded layer's activations (launcher/run/estimate.py) to the host in the forward and back
+  in the backward at the GPU's host link (`host_link_gbps`), each copy beside the next layer's
+  compute: an offloaded layer takes the longer of its compute and its copy, each way.
 - The optimizer step streams the local shard's fp32 weights, gradients and both moments in
   and out of memory once. The step ends with the launcher's sync point: on a GPU
   torch.cuda.synchronize waits for the prefetch the switch issued, so on a GPU the switch saves
@@ -42,8 +45,7 @@ param_and_grad_buffer.py):
   on, and the prefetch overlaps the host's work between steps (`step_host_us`).
 Left out: padding, MoE load imbalance, pipeline and context parallelism, HSDP's outer
 reduction, NCCL's kernels taking SMs from the compute they overlap and its sharing of the links
-between an all-gather and a reduce-scatter in flight together, and CPU offloading
-(docs/prediction.md).
+between an all-gather and a reduce-scatter in flight together (docs/prediction.md).
 """
 
 from dataclasses import dataclass, replace
@@ -56,8 +58,11 @@ from launcher.config import (
 from launcher.config.cluster import Hardware
 from launcher.config.world import World, resolve_world
 from launcher.run.communication_unit import communication_unit
-from launcher.run.estimate import gradient_dtypes, layer_parameters, memory_per_gpu, padded_vocab
-from launcher.run.kernels import Gemm, gemm_s, hbm_rate, layer_s
+from launcher.run.estimate import (
+    gradient_dtypes, layer_activation_bytes, layer_parameters, memory_per_gpu, memory_spec,
+    padded_vocab,
+)
+from launcher.run.kernels import Gemm, gemm_s, hbm_rate, host_link_rate, layer_s
 from launcher.run.layout import parameter_groups
 from launcher.run.metrics import flops_per_step
 from launcher.run.topology import Cluster
@@ -160,7 +165,8 @@ def units_of(cfg: Config, cluster: Cluster, math: str) -> List[Unit]:
         units.append(Unit(f"layer {index}", (params.dense + params.experts // ep) // tp,
                           comm(params.dense, params.experts, wb),
                           comm(params.dense, params.experts, gb),
-                          *layer_seconds(cfg, cluster, moe, math)))
+                          *layer_seconds(cfg, cluster, moe, math,
+                                         offloaded=index < m.cpu_offloading_num_layers)))
     if cfg.fsdp.sharding_strategy != ShardingStrategy.optim_grads_params:
         units = [merged(units)]
     if cfg.fsdp.sharding_strategy == ShardingStrategy.no_shard:  # an all-reduce, nothing gathered
@@ -192,11 +198,12 @@ def logits_s(cfg: Config, cluster: Cluster, math: str) -> float:
     return 3 * gemm_s(logits, cluster.hardware, math, cluster.end)
 
 
-def layer_seconds(cfg: Config, cluster: Cluster, moe: int, math: str) -> tuple:
+def layer_seconds(cfg: Config, cluster: Cluster, moe: int, math: str,
+                  offloaded: bool = False) -> tuple:
     """(forward, backward) of one layer for one microbatch: its kernels (on a GPU, by class,
     launcher/run/kernels.py; on a CPU, its FLOPs, the core attention with fp8 at bf16's rate, as
     FP8 recipes keep it), a full recomputation's second forward, an MoE layer's all-to-alls,
-    and the host's time."""
+    an offloaded layer's copies to and from the host, and the host's time."""
     m, hw, ep = cfg.model, cluster.hardware, cfg.parallel.expert_model_parallel_size
     tokens = cfg.train.micro_batch_size * m.seq_length
     if cluster.kernel_classes:
@@ -221,11 +228,22 @@ def layer_seconds(cfg: Config, cluster: Cluster, moe: int, math: str) -> tuple:
         a2a = 2 * cluster.collective_s(
             tokens * m.moe.router_topk * m.hidden_size * weight_bytes(cfg), ep)
         forward, backward = forward + a2a, backward + a2a
+    if offloaded:  # each copy runs beside the next layer's compute, and that one waits for it
+        copy = layer_activation_bytes(cfg, memory_spec(cfg)) / offload_rate(cluster)
+        forward, backward = max(forward, copy), max(backward, copy)
     if not hw.async_host:  # a CPU: the host computes
         return forward + host_f, backward + host_b
     if CudaGraphImpl(cfg.cuda_graph.impl) == CudaGraphImpl.full_iteration:
         return forward, backward  # replayed: no launches
     return max(forward, host_f), max(backward, host_b)  # the kernels run behind the host
+
+
+def offload_rate(cluster: Cluster) -> float:
+    """Bytes/s an offloaded layer's activations move at, each way: a GPU's host link; on a CPU,
+    a copy inside its memory."""
+    if cluster.kernel_classes:
+        return host_link_rate(cluster.hardware, cluster.end)
+    return cluster.hardware.hbm_gbps * 1e9 / cluster.host_share
 
 
 def merged(units: List[Unit]) -> Unit:

@@ -105,6 +105,11 @@ def check_support(model: ModelConfig, parallel: ParallelConfig,
             "dispatcher syncs with it; upstream issue #6152, and PR #7075 excludes MoE); set "
             "cuda_graph.impl=none, or model.moe.num_experts=null"
             + ("" if te else " (Transformer Engine is not installed here)"))
+    if model.cpu_offloading_num_layers and not te:
+        raise ConfigError(
+            f"model.cpu_offloading_num_layers={model.cpu_offloading_num_layers} needs Transformer "
+            "Engine (megatron-core offloads through its cpu_offload), which is not installed; "
+            "install it, or set model.cpu_offloading_num_layers=0")
     if model.layer_spec == LayerSpec.transformer_engine and not te:
         raise ConfigError("model.layer_spec=transformer_engine needs Transformer Engine, which is "
                           "not installed; install it, or set model.layer_spec=auto (or local)")

@@ -46,13 +46,16 @@ CASES = {"gpt": 8, "gpt_1p3b_1gpu_bf16": 1, "llama3_8b": 8, "llama3_70b": 64, "m
          "train.fp8.param_gather=true": 8,
          "llama3_70b train.fp8.format=e4m3 train.fp8.recipe=blockwise": 64,
          "llama3_70b train.fp8.format=hybrid train.fp8.recipe=mxfp8 "
-         "train.fp8.param_gather=true": 64}
+         "train.fp8.param_gather=true": 64,
+         # CPU offloading as Megatron-Bridge's 70B presets run it: --cpu-offloading-num-layers
+         "llama3_70b model.recompute.granularity=null model.cpu_offloading_num_layers=40": 64}
 LAYOUTS = {"transformer_engine": fusions.Kernels(True, False, False, False),
            "local": fusions.Kernels(False, False, False, False)}
-# FP8 needs Transformer Engine: on a GPU without it the run is refused before any rank
-# (launcher/run/support.py check_fp8_support), so FP8 cases are compared on its layout only
+# FP8 and CPU offloading need Transformer Engine: on a GPU without it the run is refused before
+# any rank (launcher/run/support.py), so those cases are compared on its layout only
+NEEDS_TE = ("train.fp8.format", "model.cpu_offloading_num_layers")
 PAIRS = [(case, layout) for case in CASES for layout in LAYOUTS
-         if layout == "transformer_engine" or "train.fp8.format" not in case]
+         if layout == "transformer_engine" or not any(key in case for key in NEEDS_TE)]
 
 
 def listed_differences() -> set:

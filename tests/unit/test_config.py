@@ -123,6 +123,18 @@ RULES = [
      r"logging.tensorboard.hparams names fsdp.prefetch, which is not a config value"),
     (["logging.tensorboard.hparams=[fsdp]"],
      r"logging.tensorboard.hparams names fsdp, which is not a config value"),
+    # CPU offloading: megatron-core's TransformerConfig rules, before any rank
+    (["model.num_layers=4", "model.cpu_offloading_num_layers=4"],
+     r"^model.cpu_offloading_num_layers=4 must be a whole number from 0 to "
+     r"model.num_layers-1=3 \(megatron-core offloads fewer layers than the model has\); set it "
+     r"in that range, or 0 for none$"),
+    (["model.cpu_offloading_num_layers=-1"], r"^model.cpu_offloading_num_layers=-1 must be"),
+    (["model.num_layers=4", "model.cpu_offloading_num_layers=2",
+      "model.recompute.granularity=selective"],
+     r"^model.cpu_offloading_num_layers=2 cannot be combined with "
+     r"model.recompute.granularity=selective \(megatron-core refuses CPU offloading with "
+     r"recomputation\); set model.recompute.granularity=null, or "
+     r"model.cpu_offloading_num_layers=0$"),
 ]
 
 WORLD_RULES = [

@@ -63,7 +63,7 @@ def test_the_valid_file_loads_with_its_bounds_included(tmp_path):
     ("cores: 0", "core: 2", "hardware/bad.yaml has core, which is not a hardware figure; use "
                             "async_host, attention_fraction, bus_fraction, by_ranks, cores, "
                             "gemm_fraction, gpus_per_node, hbm_fraction, hbm_gbps, "
-                            "inter_node_gbps, intra_node_gbps, latency_us, launch_us, "
+                            "host_link_gbps, inter_node_gbps, intra_node_gbps, latency_us, launch_us, "
                             "layer_host_us, matmul_fraction, memory_gib, moe_layer_host_us, "
                             "name, nic_fraction, nvlink_domain, published_mfu, sms, sources, "
                             "step_host_us, tflops"),
@@ -160,7 +160,8 @@ def test_the_valid_file_loads_with_its_bounds_included(tmp_path):
      "memory_gib, tflops, hbm_gbps, intra_node_gbps, inter_node_gbps, latency_us, "
      "nvlink_domain, gpus_per_node, step_host_us, async_host, matmul_fraction, "
      "layer_host_us, moe_layer_host_us, sms, gemm_fraction, attention_fraction, hbm_fraction, "
-     "bus_fraction, nic_fraction, launch_us, published_mfu, cores, by_ranks, sources"),
+     "bus_fraction, nic_fraction, launch_us, host_link_gbps, published_mfu, cores, by_ranks, "
+     "sources"),
 ])
 def test_a_bad_figure_is_refused_in_one_line(tmp_path, old, new, message):
     with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
@@ -220,6 +221,7 @@ hbm_fraction: [0.71, 0.90]
 bus_fraction: [0.80, 0.82]
 nic_fraction: [0.50, 0.96]
 launch_us: [2, 8]
+host_link_gbps: [35, 53]
 published_mfu: {bf16: 0.59}
 """
 
@@ -249,7 +251,8 @@ def test_a_gpu_file_with_its_kernel_classes_loads(tmp_path):
      "length)"),
     ("launch_us: [2, 8]\n", "",
      "hardware/bad.yaml has sms but no launch_us; a GPU's kernel classes need all of sms, "
-     "gemm_fraction, attention_fraction, hbm_fraction, bus_fraction, nic_fraction, launch_us"),
+     "gemm_fraction, attention_fraction, hbm_fraction, bus_fraction, nic_fraction, launch_us, "
+     "host_link_gbps"),
 ])
 def test_a_bad_kernel_class_is_refused_in_one_line(tmp_path, old, new, message):
     assert old in GPU, old

@@ -29,7 +29,7 @@ GPU = Hardware(
     gemm_fraction={"bf16": [0.5, 0.5], "fp8": [0.25, 0.75]},
     attention_fraction={1024: [0.25, 0.25], 4096: [0.5, 0.5]}, hbm_fraction=(0.5, 1.0),
     bus_fraction=(0.5, 1.0), nic_fraction=(0.25, 0.75), launch_us=(10.0, 20.0),
-    published_mfu={"bf16": 0.5})
+    host_link_gbps=(10.0, 30.0), published_mfu={"bf16": 0.5})
 TINY = ["+recipe=gpt", "model=tiny", "train.global_batch_size=8", "train.micro_batch_size=2"]
 
 
@@ -139,3 +139,27 @@ def test_a_sweep_cells_predicted_column_holds_its_band():
     text, steps = short(cfg)
     assert steps[0] > steps[1] > steps[2] and f"{steps[1]:.3g} s/step (" in text
     assert math.isfinite(sum(steps))
+
+
+def test_an_offloaded_layer_takes_the_longer_of_its_compute_and_its_copy_each_way():
+    """model.cpu_offloading_num_layers: the first layers' activations (the memory estimate's)
+    cross the host link each way, beside the next layer's compute; the others are as before,
+    and the memory estimate keeps one offloaded layer's activations, not all of them."""
+    from launcher.run.estimate import layer_activation_bytes, memory_spec
+    from launcher.run.predict import units_of
+
+    slow_link = dataclasses.replace(GPU, launch_us=(0.0, 0.0), host_link_gbps=(1e-3, 3e-3))
+    cluster = Cluster(slow_link, 2, 1, end=0.5)
+    layers = TINY + ["model.num_layers=3"]
+    plain, offloaded = compose(layers), compose(layers + ["model.cpu_offloading_num_layers=2"])
+    before = {u.name: u for u in units_of(plain, cluster, "bf16")}
+    after = {u.name: u for u in units_of(offloaded, cluster, "bf16")}
+    copy = layer_activation_bytes(offloaded, memory_spec(offloaded)) / 2e6  # 2 GB/s x 1e-3
+    for name in ("layer 0", "layer 1"):
+        assert after[name].forward_s == pytest.approx(max(before[name].forward_s, copy))
+        assert after[name].backward_s == pytest.approx(max(before[name].backward_s, copy))
+        assert after[name].forward_s > before[name].forward_s  # the copy is the longer here
+    assert after["layer 2"] == before["layer 2"]
+    p_plain, p_offloaded = predict(plain, cluster), predict(offloaded, cluster)
+    assert p_offloaded.tokens_per_s_per_gpu < p_plain.tokens_per_s_per_gpu
+    assert p_offloaded.memory_gib < p_plain.memory_gib

@@ -30,3 +30,14 @@ def test_context_parallel_without_transformer_engine_is_refused():
     with pytest.raises(ConfigError, match=r"parallel.context_parallel_size=2 needs Transformer "
                                           r"Engine attention \(TEDotProductAttention\)"):
         check_support(ModelConfig(), ParallelConfig(context_parallel_size=2), CudaGraphConfig())
+
+
+def test_cpu_offloading_without_transformer_engine_is_refused():
+    """megatron-core offloads through Transformer Engine's cpu_offload context and asserts
+    without it (transformer_block.py), on every rank; the pre-flight says so first."""
+    with pytest.raises(ConfigError, match=r"^model.cpu_offloading_num_layers=2 needs Transformer "
+                                          r"Engine \(megatron-core offloads through its "
+                                          r"cpu_offload\), which is not installed; install it, "
+                                          r"or set model.cpu_offloading_num_layers=0$"):
+        check_support(ModelConfig(num_layers=4, cpu_offloading_num_layers=2), ParallelConfig(),
+                      CudaGraphConfig())
