@@ -59,7 +59,7 @@ ROWS = [
         [*L405, "cluster.gpu=gb200", "cluster.nodes=32"], 729, 1840,
         BLOB.format("fa0315ae2684693a666be9d247adf9baf1e30028", 54),
         "no precision column; the recipe is FP8-CS; Bridge's TP 2 runs with sequence "
-        "parallelism; the memory estimate counts activations unsplit by TP"),
+        "parallelism, the launcher's without"),
     Row("25.09: Llama3-8B, 8 x H100, GBS 128, MBS 1", L8, 14079, 725,
         BLOB.format("fa0315ae2684693a666be9d247adf9baf1e30028", 73),
         "no precision column; the recipe is FP8-CS with NCCL user buffers"),

@@ -23,9 +23,10 @@ expert data-parallel group, dp / expert-parallel size, each rank holding experts
   HSDP (fsdp.num_distributed_optimizer_instances = n) shards inside a group of dp / n ranks,
   and across the n groups too for what outer_dp_sharding_strategy=optim shards (the optimizer
   state and main parameters);
-- activations of one microbatch, per layer s*b*h*(34 + 5*a*s/h) bytes in 16-bit (Korthikanti
-  et al. 2022, table 2, no recomputation), twice in fp32, plus the fp32 logits s*b*V*4, of which
-  the loss keeps a copy. The 5*a*s/h term is the s x s attention scores, which only the local
+- activations of one microbatch, per layer s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes in 16-bit
+  over t tensor-parallel ranks without sequence parallelism, as the launcher runs them
+  (Korthikanti et al. 2022, table 2, no recomputation; 34 + 5*a*s/h at t = 1), twice in
+  fp32, plus the fp32 logits s*b*V*4, of which the loss keeps a copy. The 5*a*s/h term is the s x s attention scores, which only the local
   layer spec's attention keeps: Transformer Engine's fused attention (the transformer_engine
   spec) keeps none, nor does selective recomputation of core_attn. Full recomputation keeps the
   input of each recomputed chunk (2*s*b*h in 16-bit; uniform: chunks of num_layers layers;
@@ -220,7 +221,8 @@ def layer_activation_bytes(cfg: Config, spec: LayerSpec) -> float:
             recompute.granularity == RecomputeGranularity.selective
             and RecomputeModule.core_attn in recompute.modules):
         scores = 0  # fused attention keeps no s x s scores; nor does recomputing them
-    return s * b * h * (34 + scores) * width
+    t = cfg.parallel.tensor_model_parallel_size  # no sequence parallelism: 10 sbh replicated
+    return s * b * h * (10 + 24 / t + scores / t) * width
 
 
 def activation_bytes(cfg: Config, spec: LayerSpec) -> float:
