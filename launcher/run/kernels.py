@@ -130,10 +130,11 @@ def memory_bound_bytes(cfg: Config, moe: int, tokens: int, fp8: bool) -> float:
     act = 3 * width if m.activation == Activation.swiglu else 2 * width
     tp = cfg.parallel.tensor_model_parallel_size
     rope = 2 * (q + kv) if PositionEmbedding(m.position_embedding) == PositionEmbedding.rope else 0
-    # with tensor parallelism, the norms, adds and dropouts run on a 1/tp of the sequence
-    # (sequence parallelism), rope and the activation on 1/tp of the heads and the MLP
+    # with tensor parallelism (no sequence parallelism, as the launcher runs it), every rank
+    # runs the norms, adds and dropouts on the whole sequence, rope and the activation on 1/tp
+    # of the heads and the MLP
     hidden = 2 * 2 * h + 2 * 3 * h + (2 * 2.5 * h if m.hidden_dropout > 0 else 0)
-    nbytes = (hidden + rope + act) / tp * 2.0
+    nbytes = (hidden + (rope + act) / tp) * 2.0
     if fp8:  # the inputs of QKV, the projection and the MLP's two GEMMs: 2 bytes in, 1 out
         nbytes += (h + q / tp + h + width / tp) * 3.0
     return nbytes * tokens

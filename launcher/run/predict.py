@@ -33,8 +33,8 @@ param_and_grad_buffer.py):
   Megatron-LM's model FLOPs (launcher/run/metrics.py) at the measured matmul rate (with fp8, the
   core attention at bf16's) plus the host's measured time per layer, ranks beyond its cores
   sharing them. A full recomputation repeats the forward of the recomputed layers; tensor
-  parallelism splits a layer's compute over its ranks and adds its sequence-parallel
-  all-gathers and reduce-scatters. CPU offloading (model.cpu_offloading_num_layers) copies each
+  parallelism splits a layer's compute over its ranks and adds its all-reduces (no sequence
+  parallelism: each an all-gather's and a reduce-scatter's time). CPU offloading (model.cpu_offloading_num_layers) copies each
   offloaded layer's activations (launcher/run/estimate.py) to the host in the forward and back
   in the backward at the GPU's host link (`host_link_gbps`), each copy beside the next layer's
   compute: an offloaded layer takes the longer of its compute and its copy, each way.
@@ -219,7 +219,7 @@ def layer_seconds(cfg: Config, cluster: Cluster, moe: int, math: str,
         host = cluster.host_s("moe_layer_host_us" if moe else "layer_host_us")
         host_f, host_b = host / 3, host * 2 / 3
     tp = cfg.parallel.tensor_model_parallel_size
-    if tp > 1:  # sequence parallelism: two all-gathers and two reduce-scatters each way
+    if tp > 1:  # two all-reduces each way, each an all-gather and a reduce-scatter
         activations = 2 * cluster.collective_s(tokens * m.hidden_size * weight_bytes(cfg), tp)
         forward, backward = forward + 2 * activations, backward + 2 * activations
     if m.recompute.granularity == RecomputeGranularity.full:
