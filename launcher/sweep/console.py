@@ -1,5 +1,6 @@
-"""What a sweep shows on its console: one line per job (its cell, its repeat, its result), and
-where to look at every run at once, at the end.
+"""What a sweep shows on its console: one line per job (its cell, its repeat, its result, and
+the sweep's progress: time so far and about how much is left), its total time, and where to
+look at every run at once, at the end.
 
 A job's own output (Hydra's launch line with the job's overrides, the run's start line, its
 dashboards' lines, every rank's warnings, what libraries below Python print) goes to
@@ -13,7 +14,9 @@ import glob
 import os
 import shlex
 import sys
-from typing import List, Optional
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
 
 CONSOLE_LOG = "console.log"
 PERFETTO = "https://ui.perfetto.dev"
@@ -64,6 +67,52 @@ def run_result(summary, seconds: Optional[float], log: Optional[str]) -> str:
     if summary.status == "invalid":
         return f"invalid: {summary.message}"
     return f"failed ({summary.status}{', ' + took if took else ''}): {summary.message}{where}"
+
+
+def duration(seconds: float) -> str:
+    """`16 s`, `2 min 05 s`, `1 h 03 min`."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def progress_note(done: int, total: int, elapsed_s: float) -> str:
+    """`[48 s elapsed, about 48 s left]`: the time since the first job, and the mean job so far
+    times the jobs left (jobs differ in length, so it is about)."""
+    if done >= total:
+        return f"  [{duration(elapsed_s)} elapsed]"
+    left = elapsed_s / done * (total - done)
+    return f"  [{duration(elapsed_s)} elapsed, about {duration(left)} left]"
+
+
+@dataclass
+class Progress:
+    """A sweep's jobs as they end: how many of `total` are done, and since when it runs."""
+
+    total: int
+    done: int = 0
+    clock: Callable[[], float] = time.monotonic
+    started: float = field(init=False)
+
+    def __post_init__(self):
+        self.started = self.clock()
+
+    def title(self, index_in_round: int, label: str, repeat: int, attempt: int) -> str:
+        """The line's start of the round's job at `index_in_round`."""
+        return run_title(self.done + index_in_round + 1, self.total, label, repeat, attempt)
+
+    def finish_one(self) -> str:
+        """Counts a job as done; its line's end: the time so far and about how much is left."""
+        self.done += 1
+        return progress_note(self.done, self.total, self.clock() - self.started)
+
+    def closing_line(self) -> str:
+        """`[sweep] 6 jobs in 2 min 06 s`: the sweep's jobs and their time, at the end."""
+        ran = f"{self.done} of {self.total} planned" if self.done < self.total else f"{self.done}"
+        return f"[sweep] {ran} job(s) ran in {duration(self.clock() - self.started)}"
 
 
 def dashboard_lines(sweep_dir: str, tensorboard_dir: Optional[str], wandb_group: str,

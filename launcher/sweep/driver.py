@@ -22,7 +22,7 @@ from launcher.sweep.plan import (
 )
 from launcher.summary import read as read_summary
 from launcher.sweep import submit
-from launcher.sweep.console import CONSOLE_LOG, dashboard_lines, output_to, run_result, run_title
+from launcher.sweep.console import CONSOLE_LOG, Progress, dashboard_lines, output_to, run_result
 from launcher.sweep.race import replay
 from launcher.sweep.slurm import is_submitit
 from launcher.sweep.submit import JobEnded
@@ -169,13 +169,13 @@ def job_name(plan: Plan, cell, repeat: int, attempt: int) -> str:
     return f"{plan.name}/{cell.id}/repeat{repeat}" + (f"/attempt{attempt}" if attempt else "")
 
 
-def run_round(launcher, plan: Plan, master: DictConfig, round_, first: int, total: int) -> None:
+def run_round(launcher, plan: Plan, master: DictConfig, round_, progress: Progress) -> None:
     """Runs a round's jobs; each leaves a summary (record_crash's where it wrote none) and one
-    console line (launcher.sweep.console). `first`: how many jobs ran before the round."""
+    console line (launcher.sweep.console), which counts it in `progress`."""
+    first = progress.done
     batch = [job_overrides(plan, master, cell, r, n) for cell, r, n in round_]
     folders = [run_dir(plan.sweep_dir, cell.id, r, n) for cell, r, n in round_]
-    titles = [run_title(first + i + 1, total, cell.label, r, n)
-              for i, (cell, r, n) in enumerate(round_)]
+    titles = [progress.title(i, cell.label, r, n) for i, (cell, r, n) in enumerate(round_)]
     if is_submitit(master.hydra.launcher):
         try:
             ended = submit.launch(launcher, batch, first, [job_name(plan, *job) for job in round_],
@@ -184,15 +184,16 @@ def run_round(launcher, plan: Plan, master: DictConfig, round_, first: int, tota
             ended = [(err, None)] * len(batch)
         for title, folder, (job_return, log) in zip(titles, folders, ended):
             record_crash(folder, job_return)
-            print(title + run_result(read_summary(folder), None, log), flush=True)
+            print(title + run_result(read_summary(folder), None, log) + progress.finish_one(),
+                  flush=True)
         return
     for index, (title, folder, overrides) in enumerate(zip(titles, folders, batch), start=first):
         run_here(launcher, overrides, index, title, folder,
-                 captured=master.logging.print_steps is not True)
+                 captured=master.logging.print_steps is not True, progress=progress)
 
 
 def run_here(launcher, overrides: List[str], index: int, title: str, folder: str,
-             captured: bool) -> None:
+             captured: bool, progress: Progress) -> None:
     """One job through a launcher that runs it in this process (Hydra's basic), its output into
     its folder's console.log unless not `captured` (logging.print_steps=true asked for the runs'
     own consoles); its line's start is shown while it runs, its result when it ends."""
@@ -208,7 +209,8 @@ def run_here(launcher, overrides: List[str], index: int, title: str, folder: str
         raise
     record_crash(folder, job_return)
     print(("" if captured else title)
-          + run_result(read_summary(folder), time.monotonic() - start, log), flush=True)
+          + run_result(read_summary(folder), time.monotonic() - start, log)
+          + progress.finish_one(), flush=True)
 
 
 def launch_one(launcher, overrides: List[str], index: int):
@@ -250,8 +252,8 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
     reported = os.path.exists(os.path.join(plan.sweep_dir, "results.csv"))
     plan.save()
     OmegaConf.save(master, os.path.join(plan.sweep_dir, "multirun.yaml"))
-    job_index, launcher = 0, None
-    total = sum(len(round_) for round_ in rounds)  # a tuning sweep's race may end sooner
+    launcher = None
+    progress = Progress(sum(len(round_) for round_ in rounds))  # a race may end sooner
     for round_ in rounds:
         if plan.tune:  # the race so far, from what is on disk: who still runs
             race = replay(plan)
@@ -261,10 +263,11 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
         if not round_:
             continue
         launcher = launcher or make_launcher()
-        run_round(launcher, plan, master, round_, job_index, total)
-        job_index += len(round_)
+        run_round(launcher, plan, master, round_, progress)
+    if progress.done:
+        print(progress.closing_line(), flush=True)
     # A rerun that ran nothing logs no second wandb table.
-    return finish(plan, master, log=job_index > 0 or not reported)
+    return finish(plan, master, log=progress.done > 0 or not reported)
 
 
 def print_commands(plan: Plan) -> int:
