@@ -16,9 +16,11 @@ import io
 import logging
 import os
 import sys
+from typing import List
 
 from launcher.sweep.results import (HEADERS, NUMERICS_NOTE, ONE_RUN_NOTE, Results, collect,
-                                    display, memory_note, significant, shown, write_tables)
+                                    display, memory_note, saving_notes, significant, shown,
+                                    write_tables)
 from launcher.files import write_bytes_atomic, write_text_atomic
 from launcher.sweep.plan import short_names
 
@@ -153,8 +155,8 @@ def draw_speedup(ax, results: Results) -> None:
                     markerfacecolor=OK_COLOR if significant(row) else "white")
     ax.set_yticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
     ax.set_ylim(-0.5, max(len(rows), 1) - 0.5)
-    ax.set_xlabel("speedup vs baseline (tokens/s/GPU ratio, 95% CI; hollow: not significant, "
-                  "within noise or one run)")
+    ax.set_xlabel("speedup vs baseline (tokens/s/GPU ratio, paired by repeat, 95% CI)\n"
+                  "hollow: not significant (within noise, or one pair of runs)")
     ax.set_title("Speedup against the baseline")
     ax.invert_yaxis()  # top to bottom in table order
     ax.legend(loc="lower right")
@@ -327,8 +329,11 @@ def draw_savings(ax, results: Results) -> None:
     for y, row in enumerate(rows):
         err = [[row["measured_saving_ms"] - row["measured_saving_ms_ci_low"]],
                [row["measured_saving_ms_ci_high"] - row["measured_saving_ms"]]]
+        clear = not (row["measured_saving_within_noise"]
+                     or row["measured_saving_step_noise_only"])
         ax.errorbar(row["measured_saving_ms"], y, xerr=err, fmt="o", capsize=6, color=OK_COLOR,
-                    label="measured (step time)" if y == 0 else None)
+                    markerfacecolor=OK_COLOR if clear else "white",
+                    label="measured (step time; hollow: not significant)" if y == 0 else None)
         if row.get("predicted_saving_ms") is not None:
             ax.plot(row["predicted_saving_ms"], y, "D", color=BASE_COLOR,
                     label="predicted (first-group wait)" if y == 0 else None)
@@ -336,7 +341,8 @@ def draw_savings(ax, results: Results) -> None:
     ax.set_yticks(range(len(rows)), [f"{r['label']}\nvs {r['switch_partner']}" for r in rows],
                   fontsize=8)
     ax.set_ylim(-0.5, max(len(rows), 1) - 0.5)
-    ax.set_xlabel("saving of prefetching the first group (ms per step; > 0: prefetch faster)")
+    ax.set_xlabel("saving of prefetching the first group (ms per step; > 0: prefetch faster)\n"
+                  "measured: paired by repeat, 95% CI, at the partner's step time")
     ax.set_title("Why the switch wins or loses: predicted vs measured")
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
@@ -383,14 +389,17 @@ def page(results: Results, svg: str) -> str:
              if any(r.get("step_noise_only") for r in results.rows) else "")
     notes += f"\n<p>{esc(memory_note(results))}</p>" if memory_note(results) else ""
     defects = "".join(f'\n<p class="bad">{esc(d.line)}</p>' for d in results.defects)
+    defects += "".join(f"\n<p>{esc(note)}</p>" for note in saving_notes(results))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Sweep {esc(plan.name)}</title>
 <style>{STYLE}</style></head><body>
 <h1>Sweep {esc(plan.name)}</h1>
 <p>{len(plan.cells)} cells, {plan.repeats} repeat(s) each, swept: {esc(", ".join(plan.keys))}.
-Throughput is the median over the steady-state steps of all repeats; intervals are bootstrap 95%
-(repeats, then steps within repeats, resampled); a speedup is within noise when its interval holds
-1.0. The baseline row is shaded.</p>{notes}
+Throughput is the median over the steady-state steps of all repeats, its interval a bootstrap 95%
+(repeats, then steps within repeats, resampled). A speedup and a measured saving compare two cells
+run by run (repeat r of each ran in round r): the geometric mean of the pairs' throughput ratios
+with Student's t 95% interval over the pairs, the saving at the partner's step time; one is within
+noise when its interval holds 1.0 (a saving: 0). The baseline row is shaded.</p>{notes}
 <h2>Environment</h2><table>{env_rows or "<tr><td>no run has finished yet</td></tr>"}</table>
 <h2>Charts</h2>{svg_body}
 <h2>Results</h2><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>
@@ -407,20 +416,31 @@ def shows_numerics(row: dict) -> bool:
     return kind not in (None, "baseline") and (kind != "n/a" or row["status"] == "ok")
 
 
+CONSOLE_HEADERS = ("cell", "status", "tokens/s/GPU", "speedup vs baseline [95% CI]",
+                   "losses vs baseline", "note")
+
+
+def console_cells(row: dict) -> tuple:
+    """A row of the closing table, under CONSOLE_HEADERS."""
+    tps = row.get("tokens_per_s_per_gpu")
+    note = row["reason"] if row["status"] not in ("ok", "pending") else (
+        row["race"] if row.get("race", "").startswith("dropped") else "")
+    return (display(row, "label"), display(row, "status"), "" if tps is None else f"{tps:,.0f}",
+            display(row, "speedup"), display(row, "numerics") if shows_numerics(row) else "",
+            note or "")
+
+
+def console_table(results: Results) -> List[str]:
+    """The closing table: a header, then a row per cell, columns aligned; the note (a failure's
+    reason, a race's drop) last, unpadded, as it may be long."""
+    rows = [CONSOLE_HEADERS, *(console_cells(r) for r in results.rows)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(CONSOLE_HEADERS) - 1)]
+    return ["  " + "  ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]).rstrip()
+            for r in rows]
+
+
 def print_results(results: Results, paths: list) -> None:
-    width = max(len(display(r, "label")) for r in results.rows)
-    for row in results.rows:
-        line = f"  {display(row, 'label'):<{width}}  {display(row, 'status')}"
-        if row.get("tokens_per_s_per_gpu") is not None:
-            line += f"  {row['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
-        if row.get("speedup") is not None and not row["baseline"]:
-            line += f"  speedup {display(row, 'speedup')}"
-        if shows_numerics(row):
-            line += f"  losses {display(row, 'numerics')}"
-        if row["status"] not in ("ok", "pending"):
-            line += f"  {row['reason']}"
-        elif row.get("race", "").startswith("dropped"):
-            line += f"  ({row['race']})"
+    for line in console_table(results):
         print(line)
     if any(r.get("step_noise_only") for r in results.rows):
         print(f"[sweep] {ONE_RUN_NOTE}")

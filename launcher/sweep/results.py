@@ -16,7 +16,7 @@ import numpy as np
 from launcher.sweep import stats
 from launcher.sweep.numerics import CLOSE_REL_DIFF, Defect, add_numerics, from_row, switch_defects
 from launcher.sweep.race import Race, replay
-from launcher.sweep.switch import add_explanations, first_group_metrics
+from launcher.sweep.switch import add_explanations, first_group_metrics, prediction_gap
 from launcher.files import write_text_atomic
 from launcher.summary import RunSummary, read as read_summary
 from launcher.sweep.plan import Cell, Plan, attempts
@@ -26,12 +26,13 @@ MIB = 2**20
 COLUMNS = (
     "cell", "label", "status", "baseline", "runs_ok", "tokens_per_s_per_gpu",
     "tokens_per_s_per_gpu_ci_low", "tokens_per_s_per_gpu_ci_high", "speedup", "speedup_ci_low",
-    "speedup_ci_high", "within_noise", "step_noise_only", "tflops_per_gpu", "mfu", "step_time_ms_p50",
-    "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib",
+    "speedup_ci_high", "speedup_pairs", "within_noise", "step_noise_only", "tflops_per_gpu",
+    "mfu", "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib", "peak_rss_mib",
     "peak_memory_mib", "pareto", "cuda_graph_captured", "first_group_prefetches", "first_group_issued_in", "first_group_bytes",
     "first_group_allgather_ms", "first_group_wait_ms", "first_group_wait_share",
     "switch_partner", "predicted_saving_ms", "measured_saving_ms", "measured_saving_ms_ci_low",
-    "measured_saving_ms_ci_high", "measured_saving_step_noise_only", "profile_trace",
+    "measured_saving_ms_ci_high", "measured_saving_within_noise",
+    "measured_saving_step_noise_only", "profile_trace",
     "profile_step_ms", "profile_forward_backward_ms", "profile_optimizer_ms",
     "profile_first_group_wait_ms", "final_loss", "numerics", "numerics_max_rel_diff",
     "numerics_note", "reason", "log_excerpt", "run_dirs",
@@ -90,7 +91,7 @@ def cell_status(statuses: List[str]) -> str:
 
 def collect(plan: Plan) -> Results:
     results = Results(plan, [], race=replay(plan) if plan.tune else None)
-    samples, step_times, repeats, peaks = {}, {}, {}, {}
+    repeat_runs, repeats, peaks = {}, {}, {}
     for cell in plan.cells:
         row = {"cell": cell.id, "label": cell.label, **cell.values,
                "baseline": cell.id == plan.baseline, "reason": cell.reason}
@@ -113,19 +114,26 @@ def collect(plan: Plan) -> Results:
             row["log_excerpt"] = failed.log_excerpt
         row.update(profile_columns(runs, plan.sweep_dir))
         if ok:
-            samples[cell.id] = [np.asarray(s.throughput_samples()) for s in ok]
-            row.update(cell_metrics(ok, samples[cell.id]))
-            step_times[cell.id] = [s.steady_state_step_times_s for s in ok]
+            row.update(cell_metrics(ok, [np.asarray(s.throughput_samples()) for s in ok]))
+            repeat_runs[cell.id] = ok_repeat_runs(runs)
             peaks[cell.id] = [s.peak_memory_bytes / MIB for s in ok]
-            results.step_times_ms[cell.id] = [1e3 * t for run in step_times[cell.id] for t in run]
+            results.step_times_ms[cell.id] = [1e3 * t for s in ok
+                                              for t in s.steady_state_step_times_s]
             results.environment = results.environment or environment(ok[0])
-    add_speedups(results.rows, samples, plan.baseline)
+    add_speedups(results.rows, repeat_runs, plan.baseline)
     results.memory_noise_mib = memory_noise_mib(peaks)
     mark_pareto(results.rows, results.memory_noise_mib)
-    add_explanations(results.rows, plan.keys, step_times)
+    add_explanations(results.rows, plan.keys, repeat_runs)
     add_numerics(results.rows, repeats, plan.baseline)
     results.defects = switch_defects(results.rows, plan.keys, repeats)
     return results
+
+
+def ok_repeat_runs(runs: list) -> List[stats.RepeatRun]:
+    """A cell's ok runs, each with its repeat: what a comparison pairs by (stats.compare)."""
+    return [stats.RepeatRun(repeat, summary.tokens_per_step / summary.world_size,
+                            summary.steady_state_step_times_s)
+            for repeat, (status, summary, _) in enumerate(runs) if status == "ok"]
 
 
 def profile_columns(runs: list, sweep_dir: str) -> dict:
@@ -234,22 +242,30 @@ def memory_note(results: Results) -> str:
             "throughput-memory front ranks the cells by throughput alone.")
 
 
-def add_speedups(rows: List[dict], samples: dict, baseline: Optional[str]) -> None:
-    """Each measured cell's speedup against the baseline with its interval; `step_noise_only`
-    where either side has fewer than stats.MIN_REPEATS ok runs (stats.step_noise_only)."""
-    if baseline not in samples:
+def add_speedups(rows: List[dict], repeat_runs: Dict[str, List[stats.RepeatRun]],
+                 baseline: Optional[str]) -> None:
+    """Each measured cell's speedup against the baseline, paired by repeat (stats.compare), with
+    its interval; `step_noise_only` where the two share fewer than stats.MIN_REPEATS ok repeats.
+    The baseline is not compared with itself."""
+    if baseline not in repeat_runs:
         return  # the baseline has no ok run (yet): no speedups
     for row in rows:
-        if row["cell"] in samples:
-            ratio, low, high, noise = stats.speedup_ci(samples[row["cell"]], samples[baseline])
-            row.update(speedup=ratio, speedup_ci_low=low, speedup_ci_high=high,
-                       within_noise=noise,
-                       step_noise_only=stats.step_noise_only(samples[row["cell"]],
-                                                             samples[baseline]))
+        if row["cell"] in repeat_runs and row["cell"] != baseline:
+            found = stats.compare(repeat_runs[row["cell"]], repeat_runs[baseline])
+            if found is not None:
+                row.update(comparison_columns(found))
+
+
+def comparison_columns(found: stats.Comparison) -> dict:
+    """A speedup's columns in a row, from its comparison."""
+    return {"speedup": found.ratio, "speedup_ci_low": found.low, "speedup_ci_high": found.high,
+            "speedup_pairs": found.num_pairs, "within_noise": found.within_noise,
+            "step_noise_only": found.step_noise_only}
 
 
 def significant(row: dict) -> bool:
-    """A speedup that counts: its interval excludes 1.0 and both sides ran at least twice."""
+    """A speedup that counts: its interval excludes 1.0 and it rests on two pairs of runs or
+    more."""
     return row.get("speedup") is not None and not row["within_noise"] \
         and not row["step_noise_only"]
 
@@ -282,17 +298,17 @@ def write_tables(results: Results, folder: str) -> None:
     write_text_atomic(f"{folder}/results.md", markdown(results))
 
 
-SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "numerics", "tflops_per_gpu",
-         "mfu", "step_time_ms_p50", "step_time_ms_p90", "peak_allocated_mib", "peak_reserved_mib",
-         "peak_rss_mib", "pareto", "first_group_issued_in", "first_group_wait_ms",
-         "first_group_wait_share", "predicted_saving_ms", "measured_saving_ms", "runs_ok", "race",
-         "profile_trace", "reason")
+SHOWN = ("label", "status", "tokens_per_s_per_gpu", "speedup", "numerics", "peak_memory_mib",
+         "predicted_saving_ms", "measured_saving_ms", "runs_ok", "race", "profile_trace",
+         "reason")
+"""The columns a person reads in the printed tables (about ten); results.csv has every one."""
 
 
-def shown(results: Results) -> tuple:
+def shown(results: Results, traces: bool = True) -> tuple:
     """The columns the printed tables show: SHOWN, the race's only in a tuning sweep, the trace's
-    only in a profiling one."""
-    traced = any(r.get("profile_trace") for r in results.rows)
+    only in a profiling one and where `traces` (report.html links them; results.md leaves them
+    to results.csv)."""
+    traced = traces and any(r.get("profile_trace") for r in results.rows)
     return tuple(k for k in SHOWN if (k != "race" or results.race)
                  and (k != "profile_trace" or traced))
 
@@ -303,6 +319,7 @@ HEADERS = {"label": "cell", "tokens_per_s_per_gpu": "tokens/s/GPU",
            "step_time_ms_p50": "step p50 (ms)", "step_time_ms_p90": "step p90 (ms)",
            "peak_allocated_mib": "peak allocated (MiB)", "peak_reserved_mib": "peak reserved (MiB)",
            "peak_rss_mib": "peak RSS (MiB)", "pareto": "throughput-memory front",
+           "peak_memory_mib": "peak memory (MiB)",
            "runs_ok": "runs ok", "profile_trace": "trace",
            "first_group_issued_in": "first group issued in",
            "first_group_wait_ms": "first-group wait (ms)",
@@ -326,13 +343,16 @@ def display(row: dict, key: str) -> str:
     """A row's value as the tables and the report show it."""
     if key == "label":
         return row["label"] + (" (baseline)" if row["baseline"] else "")
+    if key == "speedup" and row["baseline"] and row.get("tokens_per_s_per_gpu") is not None:
+        return "baseline"  # not compared with itself
     if key == "speedup" and row.get("speedup") is not None:
         noise = ", within noise" if row["within_noise"] else ""
         noise += f", {STEP_NOISE_ONLY}" if row["step_noise_only"] and not row["baseline"] else ""
         return (f"{row['speedup']:.3f} [{row['speedup_ci_low']:.3f}, "
                 f"{row['speedup_ci_high']:.3f}]{noise}")
     if key == "measured_saving_ms" and row.get("measured_saving_ms") is not None:
-        noise = f", {STEP_NOISE_ONLY}" if row["measured_saving_step_noise_only"] else ""
+        noise = ", within noise" if row["measured_saving_within_noise"] else ""
+        noise += f", {STEP_NOISE_ONLY}" if row["measured_saving_step_noise_only"] else ""
         return (f"{row['measured_saving_ms']:.3g} [{row['measured_saving_ms_ci_low']:.3g}, "
                 f"{row['measured_saving_ms_ci_high']:.3g}] vs {row['switch_partner']}{noise}")
     if key == "numerics" and from_row(row) is not None:
@@ -343,13 +363,30 @@ def display(row: dict, key: str) -> str:
     return fmt(row.get(key))
 
 
+PREDICTED_NOTE = (
+    "Predicted saving: the first-group wait without the prefetch minus the wait with it, as the "
+    "runs measured it; it counts that one wait and nothing else the switch moves.")
+
+
+def saving_notes(results: Results) -> List[str]:
+    """What the report says under the table about the switch pairs' savings: what the predicted
+    one counts, and for each pair whose measured interval does not hold it, what it leaves out."""
+    if not any(r.get("predicted_saving_ms") is not None for r in results.rows):
+        return []
+    device = results.environment.get("device", "")
+    return [PREDICTED_NOTE, *filter(None, (prediction_gap(r, device) for r in results.rows))]
+
+
 def markdown(results: Results) -> str:
     plan = results.plan
     lines = [f"# Sweep {plan.name}", "",
              f"{len(plan.cells)} cells, {plan.repeats} repeat(s) each; swept: "
              f"{', '.join(plan.keys) or 'nothing'}. Throughput is the median over steady-state "
-             "steps and repeats; speedup is tokens/s/GPU against the baseline, with a bootstrap "
-             "95% interval.", ""]
+             "steps and repeats, its interval a bootstrap over repeats and steps. A speedup and "
+             "a measured saving compare two cells run by run: repeat r of each ran in round r, "
+             "and both are the geometric mean of the pairs' throughput ratios with Student's t "
+             "95% interval over the pairs (the saving at the partner's step time), so the two "
+             "never disagree.", ""]
     if any(r.get("step_noise_only") for r in results.rows):
         lines += [ONE_RUN_NOTE, ""]
     if memory_note(results):
@@ -357,11 +394,12 @@ def markdown(results: Results) -> str:
     env = results.environment
     if env:
         lines += ["Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()), ""]
-    columns = shown(results)
+    columns = shown(results, traces=False)
     lines.append("| " + " | ".join(HEADERS.get(k, k) for k in columns) + " |")
     lines.append("|" + "---|" * len(columns))
     for row in results.rows:
         cells = [display(row, k).replace("|", "\\|").replace("\n", " ") for k in columns]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", NUMERICS_NOTE, *(text for d in results.defects for text in ("", d.line))]
+    lines += [text for note in saving_notes(results) for text in ("", note)]
     return "\n".join(lines) + "\n"

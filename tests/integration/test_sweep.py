@@ -94,14 +94,30 @@ def test_results_hold_every_cell(sweep):
     for key in set(rows) - {REFUSED}:
         row = rows[key]
         assert row["status"] == "ok" and float(row["tokens_per_s_per_gpu"]) > 0
-        assert row["runs_ok"] == "2/2" and float(row["speedup_ci_low"]) <= float(row["speedup"])
+        assert row["runs_ok"] == "2/2"
         assert row["cuda_graph_captured"] == "False"  # a CPU cannot capture
+    for key in set(rows) - {REFUSED, ("true", "none")}:  # 2 pairs of runs against the baseline
+        row = rows[key]
+        assert float(row["speedup_ci_low"]) <= float(row["speedup"]) <= float(
+            row["speedup_ci_high"]) and row["speedup_pairs"] == "2"
     assert rows[("true", "none")]["baseline"] == "True"
+    assert rows[("true", "none")]["speedup"] == ""  # the baseline is not compared with itself
+    # the switch pair is the baseline and its partner: the partner's speedup and the pair's
+    # saving are one comparison, so they give one verdict
+    on, off = rows[("true", "none")], rows[("false", "none")]
+    assert on["switch_partner"] == off["label"]
+    assert on["measured_saving_within_noise"] == off["within_noise"]
+    assert (float(on["measured_saving_ms"]) > 0) == (float(off["speedup"]) < 1)
     assert rows[("true", "none")]["first_group_prefetches"] == "12"
     assert rows[("false", "none")]["first_group_prefetches"] == "0"
     markdown = (sweep_dir / "results.md").read_text()
     assert "ok (CUDA graph not captured: ran eagerly)" in markdown
     assert markdown.count("\n| prefetch_first_param_group=") == 4
+    assert "| prefetch_first_param_group=true, impl=none (baseline) | ok | " in markdown
+    baseline_row = next(line for line in markdown.splitlines() if "(baseline) |" in line)
+    assert baseline_row.split(" | ")[3] == "baseline"  # its speedup column
+    header = next(line for line in markdown.splitlines() if line.startswith("| cell |"))
+    assert len(header.split(" | ")) <= 10, header
     # the switch moves an all-gather, not what a step computes: the pair's losses are bit-equal
     assert rows[("true", "none")]["numerics"] == "baseline"
     assert rows[("false", "none")]["numerics"] == "identical"
@@ -280,13 +296,20 @@ def test_a_sweep_prints_one_line_per_run_and_where_to_look_once(sweep):
     runs = [line for line in lines if re.match(r"\[sweep\] \d/6 ", line)]
     assert len(runs) == 6, "\n".join(lines)
     done = set()
-    for line in runs:
-        found = re.fullmatch(r"\[sweep\] \d/6 (prefetch_first_param_group=(true|false), "
+    for number, line in enumerate(runs, start=1):
+        found = re.fullmatch(rf"\[sweep\] {number}/6 (prefetch_first_param_group=(true|false), "
                              r"impl=(none|full_iteration)), repeat ([01]): ok, [\d,]+ "
-                             r"tokens/s/GPU \(\d+ s\)", line)
+                             r"tokens/s/GPU \(\d+ s\)  \[(\d+ s|\d+ min \d\d s) elapsed"
+                             + (r", about (\d+ s|\d+ min \d\d s) left\]" if number < 6 else r"\]"),
+                             line)
         assert found, line
         done.add((found.group(1), found.group(4)))
     assert len(done) == 6  # each cell's each repeat, once
+    assert re.fullmatch(r"\[sweep\] 6 job\(s\) ran in (\d+ s|\d+ min \d\d s)",
+                        lines[lines.index(runs[-1]) + 1])
+    header = lines[lines.index(runs[-1]) + 2]  # the closing table's
+    assert header.split()[:3] == ["cell", "status", "tokens/s/GPU"]
+    assert "losses vs baseline" in header
     # no Hydra launch lines, no override dumps, no run's own lines, no library noise
     for noise in ("[HYDRA]", "Launching", "profile.steps=null", "logging.tensorboard.hparams",
                   "[launch]", "look at it with", "ERROR", "Warning"):
@@ -299,7 +322,7 @@ def test_a_sweep_prints_one_line_per_run_and_where_to_look_once(sweep):
         assert sum(what in line for line in lines) == 1, what
         assert any(what in line for line in tail), what
     assert "7 offline runs" in next(line for line in tail if "`wandb sync " in line)
-    assert len(lines) <= 25, f"{len(lines)} lines:\n" + "\n".join(lines)
+    assert len(lines) <= 27, f"{len(lines)} lines:\n" + "\n".join(lines)
     switch_off = next(line for line in lines if "tokens/s/GPU" in line and "speedup" in line
                       and "prefetch_first_param_group=false, impl=none" in line)
     assert "losses identical" in switch_off and not any("defect" in line for line in lines)

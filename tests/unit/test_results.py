@@ -1,6 +1,7 @@
 """A sweep's results read back from disk: statuses, failure classes, speedups, the tables."""
 
 import csv
+import math
 
 import pytest
 
@@ -45,9 +46,9 @@ def sweep(tmp_path):
                  ("refused", "c", False, "fsdp.x=1 cannot ...; set fsdp.x=0")]]
     plan = Plan("demo", str(tmp_path), KEYS, 2, 0, "base", "demo", cells)
     steps = [100.0, 101.0, 99.0, 100.5, 99.5] * 4
-    for repeat in range(2):
+    for repeat, fast in enumerate((2.0, 1.98)):  # twice as fast, give or take a pair's noise
         write_run(tmp_path, "base", repeat, 0, summary(steps))
-        write_run(tmp_path, "fast", repeat, 0, summary([t / 2 for t in steps]))
+        write_run(tmp_path, "fast", repeat, 0, summary([t / fast for t in steps]))
     write_run(tmp_path, "oomcell", 0, 0, summary(steps))
     write_run(tmp_path, "oomcell", 1, 0, summary(None, status="oom"))
     write_run(tmp_path, "halfway", 0, 0, summary(None, status="error"))  # failed, then retried:
@@ -76,9 +77,14 @@ def test_throughput_and_speedup_against_the_baseline(sweep):
     assert base["tflops_per_gpu"] == pytest.approx(4e12 / 0.1 / 2 / 1e12)
     assert base["mfu"] is None and base["peak_allocated_mib"] == 3
     assert base["peak_reserved_mib"] == 4 and base["peak_rss_mib"] == 1024
-    assert base["speedup"] == 1.0 and base["within_noise"]
-    assert fast["speedup"] == pytest.approx(2.0, rel=0.01) and not fast["within_noise"]
-    assert fast["speedup_ci_low"] < 2.0 < fast["speedup_ci_high"]
+    assert base.get("speedup") is None  # the baseline is not compared with itself
+    assert display(base, "speedup") == "baseline"
+    # paired by repeat: ratios 2.0 and 1.98, their geometric mean, Student's t with 1 degree of
+    # freedom over the two log ratios (half-width 12.706 x 0.00711 / sqrt 2 = 0.0639)
+    assert fast["speedup"] == pytest.approx((2.0 * 1.98) ** 0.5)
+    assert fast["speedup_ci_low"] == pytest.approx(fast["speedup"] * math.exp(-0.0639), rel=1e-3)
+    assert fast["speedup_ci_high"] == pytest.approx(fast["speedup"] * math.exp(0.0639), rel=1e-3)
+    assert fast["speedup_pairs"] == 2 and not fast["within_noise"]
 
 
 def test_tables_hold_every_cell_with_its_swept_value(sweep):
@@ -90,7 +96,12 @@ def test_tables_hold_every_cell_with_its_swept_value(sweep):
     assert [r[KEYS[0]] for r in rows] == ["true", "false", "a", "b", "c"]
     markdown = open(f"{sweep.sweep_dir}/results.md").read()
     assert "prefetch=true (baseline)" in markdown and "| invalid |" in markdown
-    assert "2.00" in markdown  # the fast cell's speedup
+    assert "| 1.990 [1.867, 2.121] |" in markdown  # the fast cell's speedup
+    header = next(line for line in markdown.splitlines() if line.startswith("| cell |"))
+    assert header.count("|") - 1 <= 10  # the columns a person reads; results.csv has the rest
+    with open(f"{sweep.sweep_dir}/results.csv") as f:
+        assert {"speedup_ci_low", "peak_rss_mib", "first_group_wait_ms", "pareto"} <= set(
+            csv.DictReader(f).fieldnames)
 
 
 @pytest.mark.parametrize("exitcode,text,status", [
@@ -136,8 +147,13 @@ def test_one_run_per_cell_is_step_noise_only_and_never_significant(tmp_path, cap
     assert "step noise only (1 run), not significant" in markdown
     assert "Set sweep.repeats=2 or more" in markdown
     print_results(results, [])
-    console = capsys.readouterr().out
-    assert "speedup 2.000 [" in console and "step noise only (1 run), not significant" in console
+    console = capsys.readouterr().out.splitlines()
+    assert console[0].split() == ["cell", "status", "tokens/s/GPU", "speedup", "vs", "baseline",
+                                  "[95%", "CI]", "losses", "vs", "baseline", "note"]
+    fast_line = next(line for line in console if line.startswith("  prefetch=false"))
+    assert " 2.000 [" in fast_line and "step noise only (1 run), not significant" in fast_line
+    # the speedup column starts where its header does
+    assert fast_line.index(" 2.000 [") + 1 == console[0].index("speedup vs baseline")
 
 
 def test_two_runs_per_cell_can_be_significant(sweep):

@@ -68,8 +68,8 @@ def test_pairs_cancel_the_drift_that_hides_a_saving():
     phases = (0.8, 1.0, 1.25, 0.9)
     faster = [100.0 * f * (1 + 0.01 * rng.standard_normal(30)) for f in phases]
     slower = [105.0 * f * (1 + 0.01 * rng.standard_normal(30)) for f in phases]
-    _, low, high = stats.difference_ci(slower, faster)
-    assert low < 0 < high
+    _, low, high, _ = stats.speedup_ci(slower, faster)  # unpaired
+    assert low < 1 < high
     saving, low, high = stats.paired_difference_ci(slower, faster)
     assert 0 < low < saving < high
     assert saving == pytest.approx(5.0 * np.mean(phases), rel=0.05)
@@ -95,3 +95,61 @@ def test_one_pair_gives_no_interval():
 def test_pairs_need_as_many_repeats_a_side():
     with pytest.raises(ValueError, match="2 and 1"):
         stats.paired_difference_ci([[1.0], [2.0]], [[1.0]])
+
+
+def runs(step_times_by_repeat, tokens_per_gpu=1000.0):
+    """A cell's ok runs, repeat r holding step_times_by_repeat[r] (s)."""
+    return [stats.RepeatRun(r, tokens_per_gpu, steps) for r, steps in
+            enumerate(step_times_by_repeat)]
+
+
+def test_a_comparison_pairs_runs_by_repeat_and_cancels_the_rounds_drift():
+    # round phases x0.8 .. x1.25; inside each round the cell's step is 5% longer
+    rng = np.random.default_rng(2)
+    phases = (0.8, 1.0, 1.25, 0.9)
+    other = runs([0.100 * f * (1 + 0.01 * rng.standard_normal(30)) for f in phases])
+    cell = runs([0.105 * f * (1 + 0.01 * rng.standard_normal(30)) for f in phases])
+    found = stats.compare(cell, other)
+    assert found.ratio == pytest.approx(1 / 1.05, rel=0.01) and found.num_pairs == 4
+    assert found.high < 1 and found.significant
+
+
+def test_a_comparison_uses_only_the_repeats_both_sides_ran():
+    cell = runs([[0.1] * 5, [0.1] * 5])
+    other = [stats.RepeatRun(1, 1000.0, [0.2] * 5)]  # its repeat 0 failed
+    found = stats.compare(cell, other)
+    assert found.num_pairs == 1 and found.ratio == pytest.approx(2.0)
+    assert found.step_noise_only and not found.significant
+    assert stats.compare(cell, [stats.RepeatRun(5, 1000.0, [0.2])]) is None
+
+
+@pytest.mark.parametrize("num_repeats", [1, 2, 3])
+def test_either_way_round_and_as_a_saving_a_pair_gives_one_verdict(num_repeats):
+    """A speedup of B against A, A's against B and B's saving against A agree in every trial:
+    the same pairs, the same interval, mapped monotonically."""
+    verdicts = set()
+    for trial in range(200):
+        rng = np.random.default_rng(trial)
+        drift = 1 + 0.2 * rng.random(num_repeats)
+        a = runs([0.1 * d * (1 + 0.05 * rng.standard_normal(8)) for d in drift])
+        b = runs([0.1 * d * (1 + 0.02 * trial / 200) * (1 + 0.05 * rng.standard_normal(8))
+                  for d in drift])
+        ab, ba = stats.compare(a, b), stats.compare(b, a)
+        saving, low, high = ab.saving_s(0.1)
+        assert ba.ratio == pytest.approx(1 / ab.ratio)
+        assert (ba.low, ba.high) == pytest.approx((1 / ab.high, 1 / ab.low), rel=1e-9)
+        assert ab.within_noise == ba.within_noise == (low <= 0 <= high)
+        assert (saving > 0) == (ab.ratio > 1) and low <= saving <= high
+        verdicts.add(ab.within_noise)
+    assert verdicts == {True, False}  # both verdicts occurred: the agreement was tested
+
+
+def test_pairs_of_alike_cells_are_within_noise_in_most_trials():
+    held = 0
+    for trial in range(200):
+        rng = np.random.default_rng(trial)
+        phases = (0.8, 1.0, 1.25)
+        a, b = (runs([0.1 * f * (1 + 0.02 * rng.standard_normal(30)) for f in phases])
+                for _ in range(2))
+        held += stats.compare(a, b).within_noise
+    assert held >= 180  # binomial(200, 0.95) falls below 180 with probability < 0.2%
