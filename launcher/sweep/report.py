@@ -153,10 +153,11 @@ def draw_speedup(ax, results: Results) -> None:
         err = [[row["speedup"] - row["speedup_ci_low"]], [row["speedup_ci_high"] - row["speedup"]]]
         ax.errorbar(row["speedup"], y, xerr=err, fmt="o", capsize=6, color=OK_COLOR,
                     markerfacecolor=OK_COLOR if significant(row) else "white")
+    ax.set_xscale("log")  # a ratio: 0.5 and 2 lie as far from 1; a wide interval stays readable
     ax.set_yticks(range(len(rows)), [tick(r) for r in rows], fontsize=8)
     ax.set_ylim(-0.5, max(len(rows), 1) - 0.5)
-    ax.set_xlabel("speedup vs baseline (tokens/s/GPU ratio, paired by repeat, 95% CI)\n"
-                  "hollow: not significant (within noise, or one pair of runs)")
+    ax.set_xlabel("speedup vs baseline (tokens/s/GPU ratio, log scale, 95% CI)\n"
+                  "paired by repeat; hollow: not significant (within noise, or one pair)")
     ax.set_title("Speedup against the baseline")
     ax.invert_yaxis()  # top to bottom in table order
     ax.legend(loc="lower right")
