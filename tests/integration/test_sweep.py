@@ -323,9 +323,11 @@ def test_a_sweep_prints_one_line_per_run_and_where_to_look_once(sweep):
         assert any(what in line for line in tail), what
     assert "7 offline runs" in next(line for line in tail if "`wandb sync " in line)
     assert len(lines) <= 27, f"{len(lines)} lines:\n" + "\n".join(lines)
-    switch_off = next(line for line in lines if "tokens/s/GPU" in line and "speedup" in line
-                      and "prefetch_first_param_group=false, impl=none" in line)
-    assert "losses identical" in switch_off and not any("defect" in line for line in lines)
+    switch_off = next(line for line in lines
+                      if line.startswith("  prefetch_first_param_group=false, impl=none "))
+    assert re.match(r"\d+\.\d{3} \[", switch_off[header.index("speedup vs baseline"):])
+    assert switch_off[header.index("losses vs baseline"):].startswith("identical")
+    assert not any("defect" in line for line in lines)
     for log in sweep_dir.glob("*/repeat*/attempt0/console.log"):
         text = log.read_text()
         assert "[HYDRA] \t#" in text and "[launch] ok: " in text, log
