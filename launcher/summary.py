@@ -71,6 +71,8 @@ class RunSummary:
     backend: Optional[str] = None
     world_size: int = 1
     device: Optional[str] = None
+    device_memory_bytes: Optional[int] = None
+    """The GPU's total memory (torch's device properties); null on a CPU."""
     torch_cuda_queued_calls: Optional[int] = None
     megatron_core_version: Optional[str] = None
     torch_version: Optional[str] = None

@@ -161,6 +161,17 @@ class Config:
         graph = self.cuda_graph.warmup_steps + 1 if self.cuda_graph.enabled else 0
         return self.train.warmup_steps + graph
 
+    @property
+    def excluded_by(self) -> str:
+        """The settings that make excluded_steps, only those that apply: `train.warmup_steps=5`;
+        with CUDA graphs, `train.warmup_steps=2, cuda_graph.warmup_steps=3 and 1 capture step`."""
+        parts = [f"train.warmup_steps={self.train.warmup_steps}"] \
+            if self.train.warmup_steps else []
+        if self.cuda_graph.enabled:
+            parts.append(f"cuda_graph.warmup_steps={self.cuda_graph.warmup_steps} and 1 capture "
+                         "step")
+        return ", ".join(parts)
+
 
 def no_steady_state(cfg: Config) -> str:
     """Why the run measures no throughput (every step is excluded from it), or "". A single run
@@ -170,8 +181,7 @@ def no_steady_state(cfg: Config) -> str:
     if cfg.train.steps > excluded:
         return ""
     return (f"train.steps={cfg.train.steps} leaves no steady-state step after the {excluded} "
-            "excluded (train.warmup_steps, plus CUDA-graph warmup and capture); set train.steps "
-            f"above {excluded}")
+            f"excluded ({cfg.excluded_by}); set train.steps above {excluded}")
 
 
 def check_steady_state(cfg: Config) -> None:

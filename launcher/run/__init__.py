@@ -11,7 +11,8 @@ parameter group's all-gather counted and timed (`first_group.py`), a mixture of 
 and load; `resume.py`: the checks that need no torch, in the launch process), a rank's stack kept
 where a signal kills it (`crashes.py`), throughput arithmetic (`metrics.py`), what a rank records
 (`record.py`) and writes (`outputs.py`: each per-step metric declared once, metrics.jsonl, wandb,
-TensorBoard, the console); the classes a failure falls into (`failures.py`); the c10d rendezvous's
+TensorBoard, the console), and what the console shows (`console.py`: each part of the step line,
+the run's last lines); the classes a failure falls into (`failures.py`); the c10d rendezvous's
 port checked before any rank and its failures said in one line (`rendezvous.py`); the one
 pre-flight of a run or a sweep's cell (`preflight.py`); the environment a run needs, checked and
 set before any rank starts (`environment.py`), and what this installation can build (`support.py`:
@@ -25,6 +26,6 @@ NVLink domains, NICs and collectives). It may import
 `config`, `data` and `files`, never `sweep`.
 torch and megatron are imported inside the modules that train, never by `ranks`, `failures`,
 `metrics`, `estimate`, `fit`, `communication_unit`, `predict`, `kernels`, `topology`,
-`environment`, `preflight`, `support`, `fusions`, `megatron_lm`, `resume`, `rendezvous` or
-`crashes`.
+`environment`, `preflight`, `support`, `fusions`, `megatron_lm`, `resume`, `rendezvous`,
+`crashes` or `console`.
 """

@@ -49,8 +49,7 @@ class StepHooks:
       peak-memory restart, the first-group probe, the profiling window, then the routing, so the
       window ends first: at its last step it waits for every all-gather in flight and only then
       stops the profiler (a collective issued under torch.profiler that completes after it stops
-      killed ranks with SIGSEGV); the probe then reads the step's clocks, and the peak-memory
-      statistics restart last;
+      killed ranks with SIGSEGV); the probe then reads the step's clocks;
     - `record`: in list order, on every rank, at the same point of every step (the routing's
       record is a collective every rank must enter).
     """
@@ -82,12 +81,13 @@ class StepHooks:
 
 
 class PeakMemory(StepHook):
-    """The CUDA allocator's peak statistics restart after the run's first step, so the summary's
-    peaks hold the steady state (and a CUDA graph's pool), not start-up (launcher.run.record)."""
+    """The CUDA allocator's peak statistics restart as the run's second step begins, so the
+    summary's peaks hold the steady state (and a CUDA graph's pool), not start-up; the first
+    step's line still shows the first step's peak (launcher.run.record)."""
 
     def __init__(self, first_step: int):
         self.first_step = first_step
 
-    def end(self, step: int) -> None:
-        if step == self.first_step and torch.cuda.is_available():
+    def begin(self, step: int, span: Callable) -> None:
+        if step == self.first_step + 1 and torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()

@@ -29,6 +29,7 @@ __all__ = [
     "mfu",
     "peak_flops",
     "percentile",
+    "remaining_s",
     "step_time_stats",
     "tflops_per_gpu",
     "tokens_per_s_per_gpu",
@@ -285,6 +286,16 @@ def step_time_stats(times: Iterable[float]) -> dict[str, float]:
         "p90": percentile(ts, 90),
         "mean": sum(ts) / len(ts),
     }
+
+
+def remaining_s(times: Iterable[float], steps_left: int) -> float:
+    """The time the steps left take at the mean step time so far: steps_left * sum(times) /
+    len(times) (the first steps' start-up included, so early estimates run high). 0 with no
+    step left; raises ValueError with no times."""
+    ts = [float(t) for t in times]
+    if not ts:
+        raise ValueError("remaining_s of no steps")
+    return steps_left * sum(ts) / len(ts)
 
 
 def current_rss_bytes():

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from launcher.files import unwritable, write_text_atomic
+from launcher.run.console import SEPARATOR, step_column
 
 
 @dataclass(frozen=True)
 class Metric:
     """One per-step metric, declared once: its metrics.jsonl key, its name on the dashboards
     (wandb's and TensorBoard's; None: not charted, a list say), its unit, what it is (for
-    docs/outputs.md), and its part of the console's step line (None: not printed)."""
+    docs/outputs.md), and its part of the console's step line, a fixed-width text of the value
+    (launcher.run.console; None: not printed; a null value prints no part)."""
 
     key: str
     dashboard: Optional[str]
@@ -49,7 +51,8 @@ def metric_table(declared: Sequence[Metric]) -> str:
 class StepOutputs:
     """Rank 0's per-step outputs: a step's values, by their metrics' keys, into metrics.jsonl (in
     the declarations' order; a null as null), the loggers (numbers only: a null makes an empty
-    chart) and, where `console` is on, one console line of the parts its metrics print."""
+    chart) and, where `console` is on, one console line of the parts its metrics print, in the
+    declarations' order (a null prints none)."""
 
     def __init__(self, jsonl: "MetricsFile", logger, declared: Sequence[Metric], steps: int,
                  console: bool):
@@ -64,9 +67,10 @@ class StepOutputs:
         self.jsonl.write({"step": step, **{m.key: values[m.key] for m in known}})
         self.logger.log({m.dashboard: values[m.key] for m in known
                          if m.dashboard and values[m.key] is not None}, step=step)
-        parts = [m.console(values[m.key]) for m in known if m.console]
+        parts = [m.console(values[m.key]) for m in known
+                 if m.console and values[m.key] is not None]
         if self.console and parts:
-            print(f"step {step:>4}/{self.steps}  " + "  ".join(parts), flush=True)
+            print(SEPARATOR.join([step_column(step, self.steps), *parts]), flush=True)
 
     def close(self, status: str, results: dict, step: int) -> None:
         """metrics.jsonl closed, then every logger, with the run's status and results."""

@@ -1,10 +1,14 @@
 """What a rank records while it trains, one job per piece:
 
 - `STEP` and `VALIDATION`: the step's own per-step metrics, declared once (launcher.run.outputs:
-  Metric); the step hooks declare theirs (launcher.run.hooks);
+  Metric), in the order of the console's step line (each part's format: launcher.run.console);
+  the step hooks declare theirs (launcher.run.hooks);
 - `Rates`: what a step's time converts into (tokens/s/GPU, TFLOP/s/GPU, MFU), from the model's
   FLOPs and the device's peak (launcher.run.metrics: the arithmetic);
-- `StepLog`: every step's loss and time, the validation losses, the process's RSS; all ranks;
+- `StepResult`: what a step returns (its loss, gradient norm, learning rate, and whether the
+  optimizer skipped its update);
+- `StepLog`: every step's loss and time, the validation losses, the process's RSS, the skipped
+  and non-finite steps so far; all ranks;
 - `Recorder`: each step into the log, and on rank 0 through the declarations into metrics.jsonl,
   the loggers and the console (launcher.run.outputs), opened together and closed together with the
   run's status, whether it ended or failed; and, after the run, the measured part of its summary
@@ -12,6 +16,7 @@
 """
 
 import dataclasses
+import math
 import os
 import resource
 from dataclasses import dataclass, field
@@ -20,29 +25,44 @@ from typing import List, Optional, Sequence
 import torch
 
 from launcher.config import Config, ModelConfig, TrainConfig, as_dict
-from launcher.run import metrics
+from launcher.run import console, metrics
 from launcher.run.outputs import Metric, MetricsFile, StepOutputs, open_loggers
 from launcher.run.ranks import Layout
 from launcher.summary import RunMetrics
 
 STEP = (
-    Metric("loss", "train/loss", "nats per token", "the step's training loss (mean over its "
-           "microbatches and data-parallel ranks)", lambda v: f"loss {v:.4f}"),
-    Metric("grad_norm", "train/grad_norm", "", "the gradient norm before clipping"),
-    Metric("lr", "train/lr", "", "the learning rate the step applied"),
     Metric("step_time_s", "perf/step_time_s", "s", "the step's wall time, its sync point "
-           "included", lambda v: f"step {v * 1e3:7.1f} ms"),
+           "included", console.step_time),
     Metric("tokens_per_s_per_gpu", "perf/tokens_per_s_per_gpu", "tokens/s/GPU",
-           "tokens of the step over its time and the world size",
-           lambda v: f"{v:9.0f} tokens/s/GPU"),
+           "tokens of the step over its time and the world size", console.tokens_per_s),
     Metric("tflops_per_gpu", "perf/tflops_per_gpu", "TFLOP/s/GPU",
-           "Megatron-LM's model FLOPs of the step over its time and the world size"),
+           "Megatron-LM's model FLOPs of the step over its time and the world size",
+           console.tflops),
     Metric("mfu", "perf/mfu", "fraction", "TFLOP/s/GPU over the device's dense peak; null "
-           "where the peak is not known (a CPU)"),
+           "where the peak is not known (a CPU)", console.mfu),
+    Metric("lr", "train/lr", "", "the learning rate the step applied", console.lr),
+    Metric("loss", "train/loss", "nats per token", "the step's training loss (mean over its "
+           "microbatches and data-parallel ranks)", console.loss),
+    Metric("grad_norm", "train/grad_norm", "", "the gradient norm before clipping",
+           console.grad_norm),
+    Metric("skipped_steps", "train/skipped_steps", "steps", "steps so far whose update "
+           "megatron-core's optimizer skipped (its step returned update_successful=false: a loss "
+           "scaler's overflow, or a gradient norm above grad_norm_skip_threshold; the launcher "
+           "sets neither)", console.skipped),
+    Metric("nan_steps", "train/nan_steps", "steps", "steps so far whose loss was non-finite: 0 "
+           "on every line, since a non-finite loss stops the run before its step is recorded (its "
+           "summary's status: nan)", console.nan),
+    Metric("peak_memory_bytes", "memory/peak_bytes", "bytes", "a GPU: the CUDA allocator's peak "
+           "allocated bytes so far (restarted as the second step begins: the first step's "
+           "counts start-up); a CPU: the process's peak RSS since it started", console.memory),
+    Metric("peak_memory_fraction", "memory/peak_fraction", "fraction", "peak_memory_bytes over "
+           "the GPU's total memory; null on a CPU", console.memory_share),
+    Metric("eta_s", None, "s", "the steps left times the mean step time so far (its start-up "
+           "included)", console.eta),
 )
 VALIDATION = (
     Metric("valid_loss", "valid/loss", "nats per token", "the validation loss (train.eval_iters "
-           "global batches, forward only)", lambda v: f"validation loss {v:.4f}"),
+           "global batches, forward only)", console.validation_loss),
 )
 
 
@@ -87,25 +107,44 @@ class Rates:
                 "step_time_s_p50": stats["p50"], "step_time_s_p90": stats["p90"]}
 
 
+@dataclass(frozen=True)
+class StepResult:
+    """What one training step returns (launcher.run.trainer: Trainer.step)."""
+
+    loss: float
+    grad_norm: Optional[float]
+    lr: float
+    """The learning rate the step applied."""
+    skipped: bool
+    """The optimizer skipped the update (megatron-core's step returned update_successful=false)."""
+
+
 @dataclass
 class StepLog:
-    """Every step this rank ran, its validation losses, and its RSS after the first step and
-    after the latest."""
+    """Every step this rank ran, its validation losses, its RSS after the first step and after
+    the latest, and how many steps so far the optimizer skipped and had a non-finite loss."""
 
     first_step: int
     steps: List[dict] = field(default_factory=list)
     valid_losses: List[dict] = field(default_factory=list)
     rss: List[Optional[int]] = field(default_factory=lambda: [None, None])
+    num_skipped: int = 0
+    num_nan: int = 0
 
-    def step(self, step: int, loss: float, seconds: float) -> None:
-        self.steps.append({"step": step, "loss": loss, "step_time_s": seconds})
+    def step(self, step: int, result: StepResult, seconds: float) -> None:
+        self.steps.append({"step": step, "loss": result.loss, "step_time_s": seconds})
         self.rss[len(self.steps) > 1] = metrics.current_rss_bytes()
+        self.num_skipped += result.skipped
+        self.num_nan += not math.isfinite(result.loss)
 
     def valid(self, step: int, loss: float) -> None:
         self.valid_losses.append({"step": step, "valid_loss": loss})
 
     def last_step(self) -> int:
         return self.steps[-1]["step"] if self.steps else self.first_step
+
+    def times(self) -> List[float]:
+        return [s["step_time_s"] for s in self.steps]
 
 
 class Recorder:
@@ -118,6 +157,8 @@ class Recorder:
         self.cfg, self.on_cpu = cfg, on_cpu
         self.config = as_dict(cfg)  # what the summary and the dashboards record
         self.device_name = None if on_cpu else torch.cuda.get_device_name()
+        self.device_memory_bytes = None if on_cpu else \
+            torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         self.rates = Rates.of(
             cfg.model, cfg.train,
             cfg.model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size), me.world_size,
@@ -130,11 +171,28 @@ class Recorder:
                 open_loggers(cfg.logging, run_dir, self.config), (*STEP, *declared, *VALIDATION),
                 cfg.train.steps, cfg.logging.print_steps is not False)
 
-    def on_step(self, step: int, values: dict) -> None:
-        """`values`: the step's loss, grad_norm, lr and step_time_s, and its hooks' records."""
-        self.log.step(step, values["loss"], values["step_time_s"])
+    def on_step(self, step: int, result: StepResult, seconds: float, recorded: dict) -> None:
+        """`recorded`: the step hooks' values (launcher.run.hooks.StepHooks.record)."""
+        self.log.step(step, result, seconds)
         if self.outputs is not None and step % self.cfg.logging.interval == 0:
-            self.outputs.write(step, {**values, **self.rates.of_step(values["step_time_s"])})
+            self.outputs.write(step, {**self.step_values(step, result, seconds), **recorded})
+
+    def step_values(self, step: int, result: StepResult, seconds: float) -> dict:
+        """The step's values of STEP, by key."""
+        log = self.log
+        return {"step_time_s": seconds, **self.rates.of_step(seconds), "lr": result.lr,
+                "loss": result.loss, "grad_norm": result.grad_norm,
+                "skipped_steps": log.num_skipped, "nan_steps": log.num_nan,
+                **self.peak_memory_so_far(),
+                "eta_s": metrics.remaining_s(log.times(), self.cfg.train.steps - step)}
+
+    def peak_memory_so_far(self) -> dict:
+        """A GPU: the allocator's peak allocated bytes (restarted as the second step begins:
+        launcher.run.hooks.PeakMemory) and its share of the device; a CPU: the peak RSS."""
+        if self.on_cpu:
+            return {"peak_memory_bytes": max_rss_bytes(), "peak_memory_fraction": None}
+        peak = torch.cuda.max_memory_allocated()
+        return {"peak_memory_bytes": peak, "peak_memory_fraction": peak / self.device_memory_bytes}
 
     def on_eval(self, step: int, loss: float) -> None:
         self.log.valid(step, loss)
@@ -163,7 +221,7 @@ class Recorder:
         times = [s["step_time_s"] for s in steady]
         log = self.log
         return RunMetrics(
-            **throughput(self.rates, log, times, self.cfg.excluded_steps, self.window()),
+            **throughput(self.rates, log, times, self.cfg, self.window()),
             **peak_memory(self.on_cpu),
             # memory a step adds (rank 0's RSS after the last step minus after the first, per step)
             rss_growth_bytes_per_step=metrics.growth_per_step(*log.rss, len(log.steps)),
@@ -172,27 +230,51 @@ class Recorder:
             **first_group)
 
 
-def throughput(rates: Rates, log: StepLog, times: List[float], excluded_steps: int,
+def throughput(rates: Rates, log: StepLog, times: List[float], cfg: Config,
                window: tuple) -> dict:
     """The steady-state rates; all null, with the reason, when no step is steady."""
     if times:
         return rates.steady(times)
-    first, last = log.steps[0]["step"], log.steps[-1]["step"]
-    profiled = f" or the profiling window, steps {window[0]}..{window[1]}," \
-        if window[0] <= window[1] else ""
-    reason = (f"no steady-state step: steps {first}..{last} all fall within the first "
-              f"{excluded_steps} this run leaves out (train.warmup_steps, plus CUDA-graph warmup "
-              f"and capture){profiled}; run more steps to measure throughput")
+    reason = no_throughput_reason(cfg, log.steps[0]["step"], log.steps[-1]["step"], window)
     return {"tokens_per_s_per_gpu": None, "tflops_per_gpu": None, "mfu": None,
             "step_time_s_p50": None, "step_time_s_p90": None, "throughput_null_reason": reason}
 
 
+def no_throughput_reason(cfg: Config, first: int, last: int, window: tuple) -> str:
+    """Why steps first..last hold no steady-state step, naming only what this run leaves out:
+    its warmup steps (the settings that make them: Config.excluded_by; a resumed run warms up
+    again), else the profiling window after them."""
+    excluded = cfg.excluded_steps
+    warm_end = first - 1 + excluded
+    if last <= warm_end:
+        ran = steps_text(last - first + 1) + (f" since resuming at step {first}" if first > 1
+                                               else "")
+        again = ", which a resumed run leaves out again" if first > 1 else ""
+        return (f"no steady-state step: {'all ' * (last > first)}{ran} "
+                f"{'are' if last > first else 'is'} within the {steps_text(excluded)} of warmup "
+                f"throughput leaves out ({cfg.excluded_by}){again}; set train.steps above "
+                f"{warm_end}")
+    after = f", after the {steps_text(excluded)} of warmup ({cfg.excluded_by})," if excluded \
+        else ""
+    return (f"no steady-state step: steps {warm_end + 1}..{last}{after} are in the profiling "
+            f"window (steps {window[0]}..{window[1]}), which throughput leaves out too; set "
+            f"train.steps above {window[1]}")
+
+
+def steps_text(count: int) -> str:
+    return f"{count} step{'s' * (count != 1)}"
+
+
+def max_rss_bytes() -> int:
+    """The process's peak resident memory since it started (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def peak_memory(on_cpu: bool) -> dict:
-    """Rank 0's peaks since the end of the first step (launcher.run.hooks.PeakMemory restarts
-    them there): the CUDA allocator's allocated and reserved bytes (reserved holds a CUDA graph's
-    pool), null on a CPU; and the process's max RSS (Linux reports KiB), which counts start-up
-    too."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """Rank 0's peaks since the second step began (launcher.run.hooks.PeakMemory restarts them
+    there): the CUDA allocator's allocated and reserved bytes (reserved holds a CUDA graph's
+    pool), null on a CPU; and the process's max RSS, which counts start-up too."""
+    rss = max_rss_bytes()
     if on_cpu:
         return {"peak_memory_allocated_bytes": None, "peak_memory_reserved_bytes": None,
                 "peak_rss_bytes": rss}

@@ -30,6 +30,7 @@ from launcher.config import Config, ConfigError, Device, RuntimeConfig, World, a
     check_world_size, resolve_world
 from launcher.run.rendezvous import LOG, RendezvousFailed, accepts, detail, failed, log_lines, \
     native_stderr_to, not_joined, unanswered, unreached
+from launcher.run.console import result_lines
 from launcher.run.crashes import crash_log_path, crash_report, remove_empty
 from launcher.run.failures import classify_failure, excerpt
 from launcher.run.support import check_device
@@ -212,11 +213,7 @@ def report_rendezvous(err: RendezvousFailed, cfg: Config, run_dir: str, nodes: i
 
 def report_ok(summary: RunSummary, run_dir: str) -> int:
     run_summary.write(run_dir, summary)
-    m = summary.metrics
-    measured = (f"{m.tokens_per_s_per_gpu:.0f} tokens/s/GPU" if m.tokens_per_s_per_gpu
-                is not None else f"throughput null ({m.throughput_null_reason})")
-    print(f"[launch] ok: {measured}, first_group_prefetches={m.first_group_prefetches}, "
-          f"outputs in {run_dir}", flush=True)
+    print("\n".join(result_lines(summary, run_dir)), flush=True)
     if summary.profile is not None:
         from launcher.run.profile import describe
 

@@ -71,13 +71,12 @@ class Trainer:
             for step in range(self.first_step, self.cfg.train.steps + 1):
                 span = self.hooks.begin(step)  # the profiling window's named ranges, or NO_SPAN
                 start = time.perf_counter()
-                loss, grad_norm, lr = self.step(step, span)
+                result = self.step(step, span)
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()  # so the step time covers the GPU work
                 seconds = time.perf_counter() - start
                 self.hooks.end(step)
-                self.recorder.on_step(step, {"loss": loss, "grad_norm": grad_norm, "lr": lr,
-                                             "step_time_s": seconds, **self.hooks.record(step)})
+                self.recorder.on_step(step, result, seconds, self.hooks.record(step))
                 if self.due(step, self.cfg.train.eval_interval):
                     self.recorder.on_eval(step, self.evaluate())
                 if self.due(step, self.cfg.train.checkpoint.interval):
@@ -91,9 +90,9 @@ class Trainer:
             self.recorder.close(status, summary.metrics if summary else None)
         return summary
 
-    def step(self, step: int, span: Callable = NO_SPAN) -> tuple:
-        """One optimizer step, unless the loss is non-finite: (loss, grad_norm, the learning rate
-        the step applied). `span`: the profiling window's named ranges (launcher.run.profile)."""
+    def step(self, step: int, span: Callable = NO_SPAN) -> record.StepResult:
+        """One optimizer step, unless the loss is non-finite. `span`: the profiling window's
+        named ranges (launcher.run.profile)."""
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         profiled = span is not NO_SPAN
@@ -108,14 +107,15 @@ class Trainer:
                                  "the optimizer step applied it")
         lr = self.optimizer.param_groups[0]["lr"]
         with span("optimizer"):
-            _, grad_norm, _ = self.optimizer.step()
+            applied, grad_norm, _ = self.optimizer.step()
         if grad_norm is not None and not math.isfinite(grad_norm):
             # megatron computes the norm inside its step: this update is applied, but the run
             # stops here and no checkpoint holds it (train.check_nan_in_grad catches it before)
             raise NonFiniteError(f"step {step}: the gradient norm is non-finite ({grad_norm}); "
                                  "stopped, no checkpoint holds this step")
         self.scheduler.step(increment=1)
-        return loss, None if grad_norm is None else float(grad_norm), lr
+        return record.StepResult(loss, None if grad_norm is None else float(grad_norm), lr,
+                                 skipped=not applied)
 
     def evaluate(self) -> float:
         """The validation loss: forward only over train.eval_iters global batches, averaged over
@@ -192,7 +192,7 @@ class Trainer:
             steady_state_steps=steady_steps,
             steady_state_step_times_s=[s["step_time_s"] for s in steady],  # a sweep's samples
             tokens_per_step=rec.rates.tokens_per_step, flops_per_step=rec.rates.flops_per_step,
-            peak_flops=rec.rates.peak_flops,
+            peak_flops=rec.rates.peak_flops, device_memory_bytes=rec.device_memory_bytes,
             rank0_weight_shard_numel=build.local_shard_numel(self.model),
             hosts=list(self.devices), devices_by_host=self.devices, env=self.env,
             slurm_job_id=os.environ.get("SLURM_JOB_ID"), wrapper=type(self.model).__name__,

@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 import subprocess
 
 import pytest
@@ -11,6 +12,22 @@ from conftest import GPT_TINY, LAUNCH, read_run, run_launch
 pytestmark = pytest.mark.integration
 
 FIXED = ["+recipe=tiny_cpu", "train.steps=20", "data.fixed_batch=true"]
+
+# A CPU run's step line: no MFU, no share of a GPU's memory; 0 steps skipped, 0 non-finite.
+STEP_LINE = re.compile(
+    r"step +(\d+)/\d+ \| +[\d.]+ ms \| +[\d,]+ tokens/s/GPU \| +[\d.]+ TFLOP/s/GPU \| "
+    r"lr \d\.\d{3}E[-+]\d\d \| loss +[\d.]+ \| grad norm +[\d.]+ \| skipped +0 \| nan +0 \| "
+    r"mem +[\d.]+ GiB \| ETA +(\d+h\d\dm|\d+m\d\ds|\d+s)")
+
+
+def step_lines(stdout: str) -> list:
+    return [line for line in stdout.splitlines() if line.startswith("step ")]
+
+
+def last_lines(stdout: str) -> list:
+    """The run's result lines: from `[launch] ok:` on."""
+    lines = stdout.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("[launch] ok:")):]
 
 
 @pytest.mark.parametrize("prefetch,expected", [pytest.param(True, 20, marks=pytest.mark.quick),
@@ -34,7 +51,19 @@ def test_tiny_run_trains_and_counts_first_group_prefetches(launch, prefetch, exp
     assert steps[-1]["loss"] < steps[0]["loss"] - 0.5
     assert (run_dir / ".hydra" / "config.yaml").exists()
     assert list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
-    assert "step   20/20" in proc.stdout and "outputs in" in proc.stdout
+    lines = step_lines(proc.stdout)
+    assert [int(STEP_LINE.fullmatch(line).group(1)) for line in lines] == list(range(1, 21))
+    assert len({tuple(m.start() for m in re.finditer(r" \| ", line)) for line in lines}) == 1, \
+        "the step lines' columns do not line up"
+    ok, first_group, outputs = last_lines(proc.stdout)[:3]
+    assert re.fullmatch(r"\[launch\] ok: [\d.]+ ms/step \(p90 [\d.]+ ms\), [\d,]+ tokens/s/GPU, "
+                        r"[\d.]+ TFLOP/s/GPU \(medians of 18 steady-state steps\); peak RSS "
+                        r"[\d.]+ GiB", ok), ok
+    switch = f"(fsdp.prefetch_first_param_group={str(prefetch).lower()}): {expected} prefetches"
+    place = "start_param_sync" if prefetch else "forward"
+    assert switch in first_group and f"issued in {place}" in first_group, first_group
+    assert re.search(r"waited [\d.e-]+ ms for it \(medians of 18 steps\)", first_group)
+    assert outputs == f"[launch] outputs in {run_dir}"
 
 
 def test_cuda_graph_cell_runs_eagerly_on_cpu_and_says_so(launch):
@@ -92,12 +121,24 @@ def test_a_five_step_run_of_the_gpt_recipe_runs_with_null_throughput(launch):
     assert summary["status"] == "ok" and summary["config"]["train"]["precision"] == "bf16"
     assert summary["steps_run"] == [1, 2, 3, 4, 5] and summary["steady_state_steps"] == []
     assert m["tokens_per_s_per_gpu"] is None and m["tflops_per_gpu"] is None
-    assert m["throughput_null_reason"].startswith("no steady-state step: steps 1..5")
-    assert proc.stdout.count("no steady-state step") == 1
+    reason = ("no steady-state step: all 5 steps are within the 5 steps of warmup throughput "
+              "leaves out (train.warmup_steps=5); set train.steps above 5")  # graphs are off
+    assert m["throughput_null_reason"] == reason
+    assert last_lines(proc.stdout)[0].startswith(f"[launch] ok: throughput null: {reason}; peak")
+    assert proc.stdout.count(reason) == 1
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
     lr, warmup = summary["config"]["train"]["lr"], summary["config"]["train"]["lr_warmup_steps"]
     # the recipe's warmup, as a 50-step run has it: step k at lr * (k - 1) / 10
     assert [s["lr"] for s in steps] == pytest.approx([lr * k / warmup for k in range(5)])
+
+
+def test_the_console_prints_every_logging_interval_th_step_as_metrics_jsonl_records_it(launch):
+    proc, run_dir = launch("+recipe=tiny_cpu", "train.steps=6", "logging.interval=3",
+                           "logging.wandb.mode=disabled")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, steps = read_run(run_dir)
+    printed = [int(STEP_LINE.fullmatch(line).group(1)) for line in step_lines(proc.stdout)]
+    assert printed == [s["step"] for s in steps] == [3, 6]
 
 
 def test_cuda_device_max_connections_1_is_refused_before_any_rank(tmp_path):

@@ -64,13 +64,17 @@ def record_shapes(path: Path) -> dict:
     return kinds
 
 
+NUMBER = re.compile(r"\d+h\d\dm|\d+m\d\ds|\d+s\b|\d[\d,]*(\.\d+)?(E[-+]\d+)?")
+"""A number as the console writes it: a duration (2h05m, 1m23s, 12s), 1,670, 0.0011, 1.000E-03."""
+
+
 def console_lines(text: str) -> list:
     """The console's step and validation lines, each number replaced by # and each run of
     spaces by one (the columns' widths follow the numbers), each form once."""
     lines = []
     for line in text.splitlines():
         if line.startswith("step "):
-            form = re.sub(r" +", " ", re.sub(r"\d+(\.\d+)?", "#", line))
+            form = re.sub(r" +", " ", NUMBER.sub("#", line))
             if form not in lines:
                 lines.append(form)
     return lines
