@@ -279,12 +279,11 @@ def to_config(composed) -> Config:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from launcher.config.explain import explain
+    from launcher.config.explain import explain, unknown_key
 
     extra = unknown_keys(composed, Config)
     if extra:
-        raise ConfigError(f"{extra[0]} is not a config key (added with +); check its spelling "
-                          "(`launch --cfg job` prints every key), or remove it")
+        raise ConfigError(unknown_key(extra[0], added=True))
     try:  # resolves every ${...}: one that names nothing is a mistake in the command
         check_values(OmegaConf.to_container(composed, resolve=True), Config)
         return OmegaConf.to_object(composed)
