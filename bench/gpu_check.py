@@ -2,12 +2,13 @@
 time, a stage that needs a failed one is skipped with the reason, and the exit code is 0 only if
 every stage passed. Standard library only: it runs before anything is installed.
 
-    python3 bench/gpu_check.py [--wheels DIR] [--out DIR]   the lent GPU machine (gpu_check.sh)
-    python3 bench/gpu_check.py --rehearse                    the same steps on a CPU machine
+    python3 bench/gpu_check.py [--wheels DIR] [--out DIR]   a GPU machine without network
+    python3 bench/gpu_check.py --venv .venv                  a GPU machine with the checkout's .venv
+    python3 bench/gpu_check.py --rehearse                    the wheels' steps on a CPU machine
     python3 bench/gpu_check.py --venv .venv --cpu            an existing venv, nothing installed
 
-On the GPU machine `python3` is a venv's interpreter that holds torch (the device tool's
-KINDS.md). The wheels bench/gpu_wheels.py prepared (what that image lacks) are installed with
+Without network, the GPU machine's `python3` holds torch (and what bench/gpu_image_packages.txt
+lists). The wheels bench/gpu_wheels.py prepared (what that python lacks) are installed with
 `pip install --no-index --no-deps --target .gpu-site`, and every stage runs with
 PYTHONPATH=.gpu-site and .gpu-site/bin first on PATH: nothing of the machine's own is replaced.
 `--rehearse` builds that layout on a CPU machine: a venv holding torch and what the project takes
@@ -18,8 +19,8 @@ dry run's time model for each of the sweep's runs, predicted / measured), anchor
 fusions_off (the anchors' cell with every fusion off: with the anchors' launch run at the
 defaults, the fusions-on/off pair; the screen prints both and their ratio), fp8 (the cell with
 train.fp8.format=hybrid, where the imports found Transformer Engine and a GPU; skipped, saying
-so, elsewhere: a skip for a missing requirement does not fail the check). OUT (the
-device tool's $OUT where set) receives at most 7 files: gpu_check.json (every stage, what the
+so, elsewhere: a skip for a missing requirement does not fail the check). OUT (--out, else $OUT
+where set, else WORK/out) receives 6 files: gpu_check.json (every stage, what the
 imports found), results.md and report.html (the sweep's), anchors.json, summary.txt (the screen
 printed last) and logs.tar.gz (each stage's output, the sweep's and the anchors' logs).
 """
@@ -125,7 +126,7 @@ def run_stages(stages: List[Stage], env: dict) -> bool:
 
 
 def install_stages(args, python: str) -> List[Stage]:
-    """The wheels into SITE as the device README shows; rehearsing, first the wheels themselves
+    """The wheels into SITE, beside the machine's own packages; rehearsing, first the wheels themselves
     and the image's stand-in (a venv with torch and what the project takes from the image)."""
     stages = []
     if args.rehearse:
@@ -282,7 +283,7 @@ def main(argv=None) -> int:
                         help="the sweep and every log (default: sweeps/gpu_check_TIME)")
     parser.add_argument("--out", default=os.environ.get("OUT"),
                         help="the few files to keep (default: $OUT, else WORK/out)")
-    # On the GPU the limits add up to 590 s, within the 10 minutes a device call may take:
+    # On the GPU the limits add up to 590 s, within 10 minutes:
     # install 45, imports 30, GPU tier 150 (12 runs of the tiny GPT), sweep 150 (3 runs of the
     # 1.3B GPT), report 20, anchors 135 (the 1.3B cell by launch, bare_loop and Megatron-LM's
     # loop), fusions_off 60 (the 1.3B cell once more). fp8 (60, the cell in FP8) runs only where

@@ -1,16 +1,16 @@
-"""Prepares the wheels the GPU check carries to the lent GPU machine, which has no network: the
-packages of this project's dependency tree that the machine's image lacks (its list is
+"""Prepares the wheels the GPU check carries to a GPU machine that has no network: the packages
+of this project's dependency tree that the machine's python3 lacks (what it holds is listed in
 bench/gpu_image_packages.txt), at .venv's exact versions, and this project's own wheel. A package
-the image holds is not carried, nor anything only it needs: the image brings its own (torch,
-numpy, tensorboard, ... at the image's versions; installed with --no-deps, nothing replaces them).
+the machine holds is not carried, nor anything only it needs: the machine brings its own (torch,
+numpy, tensorboard, ... at its versions; installed with --no-deps, nothing replaces them).
 
     .venv/bin/python bench/gpu_wheels.py [--dest .whl]    download, build, check the size
     .venv/bin/python bench/gpu_wheels.py --list           what would be carried, and its size
     .venv/bin/python bench/gpu_wheels.py --image-pins     what the tree takes from the image, at
                                                           .venv's versions (the rehearsal's image)
 
-A device call carries at most 64 MiB with the checkout: the folder must stay under LIMIT_BYTES,
-or nothing is written and the command exits 2 saying what is too big.
+The folder is kept under LIMIT_BYTES (48 MiB: the checkout and its wheels travel as one small
+bundle), or nothing is written and the command exits 2 saying what is too big.
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""`launch --help`: what launch does, its three commands, each recipe with its purpose, and the
+"""`launch --help`: what launch does, its everyday commands, each recipe with its purpose, and the
 config groups, read from the shipped files (no composition: Hydra's own help composes the
 config repository again for every group it lists, about 2 s here; this takes none of that).
 Hydra's flags stay behind `launch --hydra-help`."""
@@ -13,6 +13,14 @@ COMMANDS = (
      "a sweep of the switch against CUDA graphs; writes results and report.html"),
     ("launch +recipe=gpt model=tiny train.precision=fp32 train.steps=5",
      "the same recipe shrunk for a CPU (real Megatron-FSDP over gloo)"),
+    ("launch -m +recipe=sweep_tiny_cpu",
+     "the sweep's grid on the tiny model, on a CPU: about a minute on 2 cores"),
+    ("launch +recipe=llama3_8b runtime.nproc_per_node=8",
+     "Llama 3 8B on the 8 GPUs of one node, a rank each"),
+    ("launch +recipe=llama3_8b cluster.gpu=h100_sxm runtime.nproc_per_node=8 "
+     "runtime.dry_run=true",
+     "that run predicted on 8 H100s (step time, MFU, memory, the switch's saving); starts "
+     "nothing"),
 )
 
 
@@ -48,11 +56,15 @@ def text() -> str:
         "Hydra.",
         "Its switch, fsdp.prefetch_first_param_group, decides whether M-FSDP all-gathers the "
         "first",
-        "parameter group before the forward (the first forward need not wait for it; the "
-        "dry run",
-        "predicts what that saves, often nothing on a GPU) or not (what lets a full-iteration "
-        "CUDA",
-        "graph capture). Every setting is checked before any rank starts; sweeps compare them.",
+        "parameter group in the optimizer step (start_param_sync), ahead of the next forward. On "
+        "a GPU",
+        "the launcher's per-step sync point waits for that prefetch, so it saves little or "
+        "nothing (a",
+        "dry run with cluster.gpu prints the predicted saving); on a CPU (gloo) it overlaps the "
+        "host's",
+        "work between steps. Off is what lets a full-iteration CUDA graph capture. Every setting "
+        "is",
+        "checked before any rank starts; sweeps compare them.",
         "",
     ]
     for command, what in COMMANDS:
@@ -64,9 +76,10 @@ def text() -> str:
     lines += [
         "",
         "Models: GPT-2 style (tiny, gpt2_small), Llama 3 (llama3_8b, llama3_70b), mixtures of",
-        "experts (moe_small, deepseek_v3_proxy; model.moe.*), each with a *_tiny CPU twin. On",
-        "megatron-core's local spec (no Transformer Engine) the experts run as SequentialMLP, one",
-        "GEMM per expert, no grouped GEMM; its MoE cannot be captured in a full-iteration graph.",
+        "experts (moe_small, deepseek_v3_proxy; model.moe.*). Each model recipe has a CPU twin,",
+        "RECIPE_tiny_cpu (the gpt recipe's is tiny_cpu). On megatron-core's local spec (no",
+        "Transformer Engine) the experts run as SequentialMLP, one GEMM per expert, no grouped",
+        "GEMM; its MoE cannot be captured in a full-iteration graph.",
         "",
         "More:",
         "  launch --cfg job [OVERRIDES]        every key of the resolved config (imports no torch)",

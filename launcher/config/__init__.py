@@ -8,8 +8,8 @@ states it; `schema.py`: the root `Config`, the rules across sections and those t
 world size; `error.py`: ConfigError; `values.py`: what any value may be beyond its type, a
 bool only true or false, an int within its limit, a float finite), the enums of its vocabulary
 (`choices.py`), which keys act only under which (`effect.py`), the one-line explanation of
-Hydra's composition errors (`explain.py`), and the configuration reference it generates
-(`reference.py`). It may import the standard library, omegaconf and hydra, and nothing else: no torch, no megatron, nothing from launcher's other stages.
+Hydra's composition errors (`explain.py`), the composed config made typed (`convert.py`), and
+the configuration reference it generates (`reference.py`). It may import the standard library, omegaconf and hydra, and nothing else: no torch, no megatron, nothing from launcher's other stages.
 Every other stage imports it.
 """
 
@@ -21,9 +21,10 @@ from launcher.config.choices import (  # noqa: F401  (the schema's vocabulary)
     TokenDispatcher, WandbMode,
 )
 from launcher.config.schema import (  # noqa: F401
-    LAUNCH_WORLD, Config, as_dict, check_steady_state, check_world_size, no_steady_state, to_config,
+    LAUNCH_WORLD, Config, as_dict, check_steady_state, check_world_size, no_steady_state,
     unknown_keys,
 )
+from launcher.config.convert import to_config  # noqa: F401
 from launcher.config.error import ConfigError  # noqa: F401
 from launcher.config.cluster import ClusterConfig, Hardware, load_hardware  # noqa: F401
 from launcher.config.world import Stated, World, resolve_world  # noqa: F401

@@ -89,6 +89,16 @@ class CudaGraphImpl(str, Enum):
     full_iteration = "full_iteration"
 
 
+# megatron-core's per-layer graphs: named so that a Megatron-LM user's word is recognised, refused
+# in every run (CudaGraphConfig) because Megatron-FSDP cannot run them.
+PER_LAYER_GRAPHS = (CudaGraphImpl.local, CudaGraphImpl.transformer_engine)
+PER_LAYER_WHY = "per-layer graphs, which Megatron-FSDP in megatron-core does not support yet"
+
+# Values of a key's Enum that no run can use, and why: a misspelled value's message lists only the
+# others, and says why these are left out.
+UNRUNNABLE = {"cuda_graph.impl": (PER_LAYER_GRAPHS, PER_LAYER_WHY)}
+
+
 class CudaGraphModule(str, Enum):
     attn = "attn"
     mlp = "mlp"

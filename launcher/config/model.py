@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from launcher.config.choices import (
-    Activation, CudaGraphImpl, CudaGraphModule, FsdpDtype, LayerSpec, Normalization,
-    OuterSharding, PositionEmbedding, RecomputeGranularity, ShardingStrategy,
+    PER_LAYER_GRAPHS, Activation, CudaGraphImpl, CudaGraphModule, FsdpDtype, LayerSpec,
+    Normalization, OuterSharding, PositionEmbedding, RecomputeGranularity, ShardingStrategy,
 )
 from launcher.config.fusions import FusionsConfig
 from launcher.config.layers import MoeConfig, RecomputeConfig
@@ -352,7 +352,7 @@ class CudaGraphConfig:
                 f"cuda_graph.modules=[{names}] must be empty with cuda_graph.impl=full_iteration "
                 "(it captures the whole iteration); set cuda_graph.modules=[]"
             )
-        if impl in (CudaGraphImpl.local, CudaGraphImpl.transformer_engine):
+        if impl in PER_LAYER_GRAPHS:
             raise ConfigError(
                 f"cuda_graph.impl={impl.value} (per-layer graphs) is not supported with "
                 "Megatron-FSDP in megatron-core yet; set cuda_graph.impl=full_iteration or none"

@@ -1,8 +1,8 @@
 """The root of the schema: `Config`, one field per config group, and the rules across sections.
 
 Hydra composes a writable copy of `Config` (registered in the ConfigStore as the schema of
-conf/config.yaml); `to_config` turns the composed DictConfig into plain dataclass instances, which
-runs every section's `__post_init__` checks. Rules across sections live in `Config.__post_init__`;
+conf/config.yaml); `to_config` (convert.py) turns the composed DictConfig into plain dataclass
+instances, which runs every section's `__post_init__` checks. Rules across sections live in `Config.__post_init__`;
 rules that need the world size live in `check_world_size`, called where the world is known.
 """
 
@@ -16,7 +16,6 @@ from launcher.config.error import ConfigError
 from launcher.config.fp8 import check_fp8
 from launcher.config.model import CudaGraphConfig, FsdpConfig, ModelConfig, ParallelConfig
 from launcher.config.profile import ProfileConfig
-from launcher.config.values import check_values
 from launcher.config.world import resolve_world
 from launcher.config.sections import (
     DataConfig, LoggingConfig, RuntimeConfig, SweepConfig, TrainConfig,
@@ -279,27 +278,6 @@ def lookup(values: dict, key: str):
             return Missing()
         values = values[part]
     return values
-
-
-def to_config(composed) -> Config:
-    """The typed Config (plain dataclass instances, not Hydra nodes) from a composed DictConfig;
-    runs every __post_init__ check. A key appended with `+` that the schema lacks is refused,
-    not dropped; an int above its limit or a float that is not finite is refused first
-    (launcher.config.values), so that no section's rule reads it."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from launcher.config.explain import explain
-
-    extra = unknown_keys(composed, Config)
-    if extra:
-        raise ConfigError(f"{extra[0]} is not a config key (added with +); check its spelling "
-                          "(`launch --cfg job` prints every key), or remove it")
-    try:  # resolves every ${...}: one that names nothing is a mistake in the command
-        check_values(OmegaConf.to_container(composed, resolve=True), Config)
-        return OmegaConf.to_object(composed)
-    except OmegaConfBaseException as err:
-        raise ConfigError(explain(err)) from None
 
 
 def unknown_keys(node, schema, prefix: str = "") -> list:

@@ -256,11 +256,10 @@ def check_wandb_login(wandb_cfg) -> None:
 
 
 def where(run) -> str:
-    """One line on where a wandb run is and what to do with it."""
+    """One line on where a wandb run is and what to do with it, its folder named once."""
     if run.settings.mode == "offline":
         folder = os.path.dirname(run.dir)  # <run dir>/wandb/offline-run-*/files -> the run
-        return f"offline run in {folder}; look at it with `wandb leet {folder}`, send it with " \
-               f"`wandb sync {folder}`"
+        return f"offline run {folder} (`wandb leet` looks at it, `wandb sync` sends it)"
     return f"{run.url}"
 
 

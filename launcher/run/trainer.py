@@ -57,11 +57,11 @@ class Trainer:
         self.hooks = StepHooks([PeakMemory(self.first_step), self.probe, self.window,
                                 experts.probe_for(self.model, cfg, self.batch.num_microbatches)])
         self.devices, self.env = gather_ranks(on_cpu)
+        if me.rank == 0:  # before the recorder opens the loggers, whose lines follow it
+            self.announce()
         self.recorder = record.Recorder(cfg, run_dir, me, on_cpu, self.first_step,
                                         self.hooks.metrics)
         self.checkpoints, self.saved = checkpoint_dir(cfg.train.checkpoint, run_dir), []
-        if me.rank == 0:
-            self.announce()
 
     def train(self) -> Optional[RunSummary]:
         """Steps first_step..train.steps; rank 0's summary (other ranks: None). A failed run's
@@ -202,8 +202,8 @@ class Trainer:
             profile=profile.result(cfg, self.run_dir, steps_run, self.window, waits))
 
     def announce(self) -> None:
-        """Rank 0's start line: the devices, the wrapper, the switch, the graphs, and the fusions
-        Megatron-LM would use that this run goes without."""
+        """Rank 0's start line, its first: the devices, the wrapper, the switch, the graphs, the
+        run's folder, and the fusions Megatron-LM would use that this run goes without."""
         cfg, on_cpu = self.cfg, self.on_cpu
         hosts = f" on {len(self.devices)} hosts" if len(self.devices) > 1 else ""
         off = build.run_fusions(cfg, on_cpu).start_line()
@@ -214,6 +214,7 @@ class Trainer:
               + (" through FullCudaGraphWrapper, not captured: a CPU runs it eagerly"
                  if cfg.cuda_graph.enabled and on_cpu else "")
               + (f", from step {self.first_step}" if self.first_step > 1 else "")
+              + f"; outputs in {self.run_dir}"
               + (f"; {off}" if off else ""), flush=True)
 
 

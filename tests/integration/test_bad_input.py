@@ -20,9 +20,15 @@ FIX = re.compile(r"\b(set|give|pick|add|remove|change|lower|make|use|see|check|r
 
 CATALOGUE = [
     # unknown keys
-    (["model.hidden_sise=64"], "model.hidden_sise is not a config key"),
+    (["model.hidden_sise=64"], "model.hidden_sise is not a config key (did you mean "
+                               "model.hidden_size, model.ffn_hidden_size or "),
     (["+model.foo=1"], "model.foo is not a config key"),
     (["+logging.wandb.colour=red"], "logging.wandb.colour is not a config key"),
+    # a misspelled key names the schema's nearest keys (the run's own message, not Hydra's)
+    (["fsdp.prefetch_first_param_grp=false"], "fsdp.prefetch_first_param_grp is not a config key "
+                                              "(did you mean fsdp.prefetch_first_param_group?)"),
+    (["+fsdp.prefetch_first_param_grp=false"],
+     "(added with +; did you mean fsdp.prefetch_first_param_group?)"),
     # wrong types
     (["model.num_layers=two"], "give model.num_layers an integer"),
     (["train.lr=abc"], "give train.lr a number"),
@@ -31,6 +37,11 @@ CATALOGUE = [
     # bad enum values
     (["fsdp.sharding_strategy=zero3"], "set fsdp.sharding_strategy to one of those"),
     (["cuda_graph.impl=sometimes"], "set cuda_graph.impl to one of those"),
+    # an enum's list names only the values a run can use, and why the others are left out
+    (["cuda_graph.impl=full"], "cuda_graph.impl=full: Invalid value 'full', expected one of "
+                               "[none, full_iteration] (local and transformer_engine: per-layer "
+                               "graphs, which Megatron-FSDP in megatron-core does not support "
+                               "yet); set cuda_graph.impl to one of those"),
     (["cuda_graph.modules=[atn]"], "expected one of [attn, mlp"),
     (["runtime.device=tpu"], "set runtime.device to one of those"),
     (["train.precision=fp8"], "set train.precision to one of those"),

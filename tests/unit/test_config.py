@@ -38,6 +38,33 @@ def test_compose_rejects_bad_keys_types_and_enums(override):
         make(override)
 
 
+def test_a_misspelled_key_is_explained_with_the_schema_s_nearest_keys():
+    from launcher.config.explain import explain
+
+    with pytest.raises(ConfigCompositionException) as caught:
+        make("fsdp.prefetch_first_param_grp=false")
+    assert explain(caught.value).startswith("fsdp.prefetch_first_param_grp is not a config key "
+                                            "(did you mean fsdp.prefetch_first_param_group?)")
+    with pytest.raises(ConfigError, match=r"\(added with \+; did you mean train.lr or "
+                                          r"train.min_lr\?\)"):
+        make("+train.lrr=1")
+    with pytest.raises(ConfigError, match=r"model.foo is not a config key \(added with \+\); "):
+        make("+model.foo=1")  # nothing near enough: no guess
+
+
+def test_an_enum_s_choices_leave_out_what_no_run_can_use():
+    from launcher.config.explain import explain
+
+    with pytest.raises(ConfigCompositionException) as caught:
+        make("cuda_graph.impl=full")
+    assert "expected one of [none, full_iteration] (local and transformer_engine: per-layer " \
+           "graphs" in explain(caught.value)
+    with pytest.raises(ConfigCompositionException) as caught:
+        make("fsdp.sharding_strategy=zero3")
+    assert "expected one of [no_shard, optim, optim_grads, optim_grads_params]; set" in \
+        explain(caught.value)
+
+
 RULES = [
     (["fsdp.bucket_size=0"], r"fsdp.bucket_size"),
     (["fsdp.suggested_communication_unit_size=-1"], r"fsdp.suggested_communication_unit_size"),
