@@ -249,7 +249,8 @@ def test_a_cell_refused_at_run_time_does_not_stop_the_others(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     # its run's console line says why, as the results do
     assert re.search(r"^\[sweep\] \d/\d+ .*repeat 0: invalid: runtime\.device=cuda but no CUDA "
-                     r"device is visible; set runtime\.device=cpu or auto$", proc.stdout, re.M)
+                     r"device is visible; set runtime\.device=cpu or auto(  \[.* elapsed.*\])?$",
+                     proc.stdout, re.M)
     with open(sweep_dir / "results.csv") as f:
         rows = {r["runtime.device"]: r for r in csv.DictReader(f)}
     assert rows["cuda"]["status"] == "invalid"
