@@ -45,6 +45,9 @@ class Trainer:
         build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
                             cfg.train.seed, cfg.runtime.timeout_s,
                             graph_safe_rng=cfg.cuda_graph.enabled)
+        self.devices, self.env = gather_ranks(on_cpu)
+        if me.rank == 0:  # before megatron's build logs and the loggers' lines
+            self.announce()
         self.model, self.optimizer, self.scheduler = build.build_all(cfg, on_cpu)
         self.probe = FirstGroupProbe(self.model, timed=cfg.logging.measure_first_group)
         self.first_step = 1 + (self.load(resume_from) if resume_from else 0)
@@ -56,9 +59,6 @@ class Trainer:
         # the order of the hooks is the order they act in: launcher.run.hooks.StepHooks
         self.hooks = StepHooks([PeakMemory(self.first_step), self.probe, self.window,
                                 experts.probe_for(self.model, cfg, self.batch.num_microbatches)])
-        self.devices, self.env = gather_ranks(on_cpu)
-        if me.rank == 0:  # before the recorder opens the loggers, whose lines follow it
-            self.announce()
         self.recorder = record.Recorder(cfg, run_dir, me, on_cpu, self.first_step,
                                         self.hooks.metrics)
         self.checkpoints, self.saved = checkpoint_dir(cfg.train.checkpoint, run_dir), []
@@ -208,12 +208,11 @@ class Trainer:
         hosts = f" on {len(self.devices)} hosts" if len(self.devices) > 1 else ""
         off = build.run_fusions(cfg, on_cpu).start_line()
         print(f"[launch] {self.devices[socket.gethostname()][0]} x{self.me.world_size}{hosts}, "
-              f"{type(self.model).__name__} ({cfg.fsdp.sharding_strategy.value}), "
+              f"{build.FullyShardedDataParallel.__name__} ({cfg.fsdp.sharding_strategy.value}), "
               f"prefetch_first_param_group={cfg.fsdp.prefetch_first_param_group}, "
               f"cuda_graph.impl={cfg.cuda_graph.impl.value}"
               + (" through FullCudaGraphWrapper, not captured: a CPU runs it eagerly"
                  if cfg.cuda_graph.enabled and on_cpu else "")
-              + (f", from step {self.first_step}" if self.first_step > 1 else "")
               + f"; outputs in {self.run_dir}"
               + (f"; {off}" if off else ""), flush=True)
 
