@@ -1,7 +1,7 @@
 """What one run writes, by name and type: metrics.jsonl's records, summary.json, the TensorBoard
 tags, the wandb history and summary keys, and the console's step lines. The reference,
 tests/data/run_outputs.json, was taken from a run at a64f04e, before the run path became one
-Trainer (issue 39); a change to any name or type a user's dashboards or scripts read fails here.
+Trainer; a change to any name or type a user's dashboards or scripts read fails here.
 
 A deliberate change of the outputs rewrites the reference (and says so in its commit):
 

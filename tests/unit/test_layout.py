@@ -142,7 +142,7 @@ def test_imports_follow_the_stages():
     assert violations() == []
 
 
-MOST_PARAMETERS = 6  # a function wanting more takes the object they belong to (issue 39)
+MOST_PARAMETERS = 6  # a function wanting more takes the object they belong to
 
 
 def parameters(function: ast.FunctionDef) -> list:
