@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
+from launcher.run.console import duration
+
 CONSOLE_LOG = "console.log"
 PERFETTO = "https://ui.perfetto.dev"
 
@@ -67,16 +69,6 @@ def run_result(summary, seconds: Optional[float], log: Optional[str]) -> str:
     if summary.status == "invalid":
         return f"invalid: {summary.message}"
     return f"failed ({summary.status}{', ' + took if took else ''}): {summary.message}{where}"
-
-
-def duration(seconds: float) -> str:
-    """`16 s`, `2 min 05 s`, `1 h 03 min`."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def progress_note(done: int, total: int, elapsed_s: float) -> str:

@@ -300,13 +300,13 @@ def test_a_sweep_prints_one_line_per_run_and_where_to_look_once(sweep):
     for number, line in enumerate(runs, start=1):
         found = re.fullmatch(rf"\[sweep\] {number}/6 (prefetch_first_param_group=(true|false), "
                              r"impl=(none|full_iteration)), repeat ([01]): ok, [\d,]+ "
-                             r"tokens/s/GPU \(\d+ s\)  \[(\d+ s|\d+ min \d\d s) elapsed"
-                             + (r", about (\d+ s|\d+ min \d\d s) left\]" if number < 6 else r"\]"),
+                             r"tokens/s/GPU \(\d+ s\)  \[(\d+s|\d+m\d\ds) elapsed"
+                             + (r", about (\d+s|\d+m\d\ds) left\]" if number < 6 else r"\]"),
                              line)
         assert found, line
         done.add((found.group(1), found.group(4)))
     assert len(done) == 6  # each cell's each repeat, once
-    assert re.fullmatch(r"\[sweep\] 6 job\(s\) ran in (\d+ s|\d+ min \d\d s)",
+    assert re.fullmatch(r"\[sweep\] 6 job\(s\) ran in (\d+s|\d+m\d\ds)",
                         lines[lines.index(runs[-1]) + 1])
     header = lines[lines.index(runs[-1]) + 2]  # the closing table's
     assert header.split()[:3] == ["cell", "status", "tokens/s/GPU"]

@@ -21,23 +21,23 @@ def test_a_run_line_names_its_cell_its_repeat_and_its_result():
 
 def test_a_run_line_ends_with_the_time_so_far_and_about_how_much_is_left():
     # 3 jobs of 6 done in 48 s: 16 s a job, 3 left
-    assert progress_note(3, 6, 48.0) == "  [48 s elapsed, about 48 s left]"
-    assert progress_note(1, 6, 125.0) == "  [2 min 05 s elapsed, about 10 min 25 s left]"
-    assert progress_note(6, 6, 3725.0) == "  [1 h 02 min elapsed]"  # the last: nothing left
+    assert progress_note(3, 6, 48.0) == "  [48s elapsed, about 48s left]"
+    assert progress_note(1, 6, 125.0) == "  [2m05s elapsed, about 10m25s left]"
+    assert progress_note(6, 6, 3725.0) == "  [1h02m elapsed]"  # the last: nothing left
     assert [duration(s) for s in (0.4, 59.6, 60, 3599, 3600)] == [
-        "0 s", "1 min 00 s", "1 min 00 s", "59 min 59 s", "1 h 00 min"]
+        "0s", "1m00s", "1m00s", "59m59s", "1h00m"]
 
 
 def test_progress_numbers_the_jobs_across_rounds_and_closes_with_the_total():
     clock = iter([100.0, 130.0, 160.0, 190.0, 195.0])
     progress = Progress(total=4, clock=lambda: next(clock))  # started at 100 s
     assert progress.title(0, "impl=none", 0, 0) == "[sweep] 1/4 impl=none, repeat 0: "
-    assert progress.finish_one() == "  [30 s elapsed, about 1 min 30 s left]"
+    assert progress.finish_one() == "  [30s elapsed, about 1m30s left]"
     assert progress.title(1, "impl=none", 1, 0).startswith("[sweep] 3/4 ")  # 2nd of a round
-    assert progress.finish_one() == "  [1 min 00 s elapsed, about 1 min 00 s left]"
-    assert progress.finish_one() == "  [1 min 30 s elapsed, about 30 s left]"
+    assert progress.finish_one() == "  [1m00s elapsed, about 1m00s left]"
+    assert progress.finish_one() == "  [1m30s elapsed, about 30s left]"
     # a tuning race that ended a job early
-    assert progress.closing_line() == "[sweep] 3 of 4 planned job(s) ran in 1 min 35 s"
+    assert progress.closing_line() == "[sweep] 3 of 4 planned job(s) ran in 1m35s"
 
 
 def test_a_failed_run_says_why_and_where_its_log_is():
