@@ -28,6 +28,11 @@ class RunMetrics:
     mfu: Optional[float] = None
     step_time_s_p50: Optional[float] = None
     step_time_s_p90: Optional[float] = None
+    step_time_s_low: Optional[float] = None
+    step_time_s_high: Optional[float] = None
+    """The 95% interval of the median step time (distribution-free, launcher.run.metrics
+    median_interval); null below 6 steady-state steps. The rates' intervals follow from it: each
+    is a constant over the step time."""
     throughput_null_reason: Optional[str] = None
     peak_memory_allocated_bytes: Optional[int] = None
     peak_memory_reserved_bytes: Optional[int] = None

@@ -12,7 +12,7 @@ steady-state figures, the peak memory, the first parameter group's all-gather an
 the outputs are. Standard library only: text in, text out.
 """
 
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from launcher.summary import RunSummary
 
@@ -110,18 +110,37 @@ def result_lines(summary: RunSummary, run_dir: str) -> List[str]:
 
 
 def throughput_text(summary: RunSummary) -> str:
-    """The medians over the steady-state steps (and the step time's 90th percentile), or why
-    there are none."""
+    """The medians over the steady-state steps, each with its 95% interval (from 6 steps on),
+    and the step time's 90th percentile; or why there are none."""
     m = summary.metrics
     if m.tokens_per_s_per_gpu is None:
         return f"throughput null: {m.throughput_null_reason}"
-    parts = [f"{m.step_time_s_p50 * 1e3:.1f} ms/step (p90 {m.step_time_s_p90 * 1e3:.1f} ms)",
-             f"{m.tokens_per_s_per_gpu:,.0f} tokens/s/GPU", tflops(m.tflops_per_gpu).strip()]
+    times = ((m.step_time_s_low, m.step_time_s_high) if m.step_time_s_low is not None
+             else None)
+
+    def ranged(value: float, number: Callable[[float], str]) -> str:
+        """`value [low, high]`: a rate is a constant over the step time, so its interval is the
+        step time's, inverted."""
+        if times is None:
+            return number(value)
+        low, high = (value * m.step_time_s_p50 / t for t in reversed(times))
+        return f"{number(value)} [{number(low)}, {number(high)}]"
+
+    time = (f"{ms(m.step_time_s_p50)} [{ms(times[0])}, {ms(times[1])}]" if times
+            else ms(m.step_time_s_p50))
+    parts = [f"{time} ms/step (p90 {ms(m.step_time_s_p90)} ms)",
+             f"{ranged(m.tokens_per_s_per_gpu, lambda v: f'{v:,.0f}')} tokens/s/GPU",
+             f"{ranged(m.tflops_per_gpu, lambda v: f'{v:.{1 if v >= 1 else 4}f}')} TFLOP/s/GPU"]
     if summary.device != "cpu":  # a CPU has no peak: no MFU, as on the step lines
-        parts.append(mfu(m.mfu) if m.mfu is not None else
+        parts.append(f"MFU {ranged(m.mfu, lambda v: f'{v:.1%}')}" if m.mfu is not None else
                      f"MFU null (no dense peak known for {summary.device})")
     steps = len(summary.steady_state_steps)
-    return f"{', '.join(parts)} (medians of {steps} steady-state step{'s' * (steps != 1)})"
+    how = ", 95% intervals" if times else "; under 6 give no interval" if steps < 6 else ""
+    return f"{', '.join(parts)} (medians of {steps} steady-state step{'s' * (steps != 1)}{how})"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}"
 
 
 def peak_memory_text(summary: RunSummary) -> str:

@@ -99,12 +99,15 @@ class Rates:
 
     def steady(self, times: List[float]) -> dict:
         """tokens/s/GPU, TFLOP/s/GPU (medians of the per-step rates: metrics.median_per_step),
-        MFU and step-time percentiles over the steady-state step times."""
+        MFU, step-time percentiles and the median step time's 95% interval over the
+        steady-state step times."""
         stats = metrics.step_time_stats(times)
         tflops = metrics.median_per_step(self.tflops, times)
+        low, high = metrics.median_interval(times) or (None, None)
         return {"tokens_per_s_per_gpu": metrics.median_per_step(self.tokens_per_s, times),
                 "tflops_per_gpu": tflops, "mfu": self.mfu(tflops),
-                "step_time_s_p50": stats["p50"], "step_time_s_p90": stats["p90"]}
+                "step_time_s_p50": stats["p50"], "step_time_s_p90": stats["p90"],
+                "step_time_s_low": low, "step_time_s_high": high}
 
 
 @dataclass(frozen=True)

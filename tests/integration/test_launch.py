@@ -56,9 +56,12 @@ def test_tiny_run_trains_and_counts_first_group_prefetches(launch, prefetch, exp
     assert len({tuple(m.start() for m in re.finditer(r" \| ", line)) for line in lines}) == 1, \
         "the step lines' columns do not line up"
     ok, first_group, outputs = last_lines(proc.stdout)[:3]
-    assert re.fullmatch(r"\[launch\] ok: [\d.]+ ms/step \(p90 [\d.]+ ms\), [\d,]+ tokens/s/GPU, "
-                        r"[\d.]+ TFLOP/s/GPU \(medians of 18 steady-state steps\); peak RSS "
-                        r"[\d.]+ GiB", ok), ok
+    # each median with its 95% interval, the rates' the step time's inverted
+    time, low, high = map(float, re.fullmatch(
+        r"\[launch\] ok: ([\d.]+) \[([\d.]+), ([\d.]+)\] ms/step \(p90 [\d.]+ ms\), [\d,]+ "
+        r"\[[\d,]+, [\d,]+\] tokens/s/GPU, [\d.]+ \[[\d.]+, [\d.]+\] TFLOP/s/GPU \(medians of 18 "
+        r"steady-state steps, 95% intervals\); peak RSS [\d.]+ GiB", ok).groups())
+    assert low <= time <= high, ok
     switch = f"(fsdp.prefetch_first_param_group={str(prefetch).lower()}): {expected} prefetches"
     place = "start_param_sync" if prefetch else "forward"
     assert switch in first_group and f"issued in {place}" in first_group, first_group

@@ -15,7 +15,8 @@ FIRST_GROUP = dict(first_group_prefetches=20, first_group_issued_in="start_param
 
 def cpu_run(**metrics) -> RunSummary:
     values = dict(tokens_per_s_per_gpu=1670.2, tflops_per_gpu=0.00112, step_time_s_p50=0.1533,
-                  step_time_s_p90=0.1838, peak_rss_bytes=int(0.71 * 2 ** 30), **FIRST_GROUP)
+                  step_time_s_p90=0.1838, step_time_s_low=0.1491, step_time_s_high=0.1602,
+                  peak_rss_bytes=int(0.71 * 2 ** 30), **FIRST_GROUP)
     return RunSummary(metrics=RunMetrics(**{**values, **metrics}), device="cpu",
                       config={"fsdp": {"prefetch_first_param_group": True}},
                       steady_state_steps=list(range(3, 21)))
@@ -23,7 +24,8 @@ def cpu_run(**metrics) -> RunSummary:
 
 def gpu_run(mfu=0.4167) -> RunSummary:
     m = RunMetrics(tokens_per_s_per_gpu=39738.4, tflops_per_gpu=412.3, mfu=mfu,
-                   step_time_s_p50=0.4123, step_time_s_p90=0.4150,
+                   step_time_s_p50=0.4123, step_time_s_p90=0.4150, step_time_s_low=0.4101,
+                   step_time_s_high=0.4139,
                    peak_memory_allocated_bytes=int(45.67 * 2 ** 30),
                    peak_memory_reserved_bytes=50 * 2 ** 30, peak_rss_bytes=12 * 2 ** 30,
                    **FIRST_GROUP)
@@ -34,8 +36,9 @@ def gpu_run(mfu=0.4167) -> RunSummary:
 
 def test_a_cpu_run_ends_with_its_medians_peak_rss_first_group_and_outputs():
     assert console.result_lines(cpu_run(), "outputs/x") == [
-        "[launch] ok: 153.3 ms/step (p90 183.8 ms), 1,670 tokens/s/GPU, 0.0011 TFLOP/s/GPU "
-        "(medians of 18 steady-state steps); peak RSS 0.71 GiB",
+        "[launch] ok: 153.3 [149.1, 160.2] ms/step (p90 183.8 ms), 1,670 [1,598, 1,717] "
+        "tokens/s/GPU, 0.0011 [0.0011, 0.0012] TFLOP/s/GPU (medians of 18 steady-state steps, "
+        "95% intervals); peak RSS 0.71 GiB",
         "[launch] first parameter group (fsdp.prefetch_first_param_group=true): 20 prefetches; "
         "its all-gather of 40.5 KiB, issued in start_param_sync, took 2.87 ms, the first forward "
         "waited 0.0213 ms for it (medians of 18 steps)",
@@ -44,9 +47,18 @@ def test_a_cpu_run_ends_with_its_medians_peak_rss_first_group_and_outputs():
 
 def test_a_gpu_run_ends_with_mfu_and_its_share_of_the_gpu():
     first = console.result_lines(gpu_run(), "outputs/x")[0]
-    assert first == ("[launch] ok: 412.3 ms/step (p90 415.0 ms), 39,738 tokens/s/GPU, 412.3 "
-                     "TFLOP/s/GPU, MFU 41.7% (medians of 40 steady-state steps); peak memory "
-                     "45.67 GiB allocated (57% of the GPU), 50.00 GiB reserved")
+    assert first == ("[launch] ok: 412.3 [410.1, 413.9] ms/step (p90 415.0 ms), 39,738 "
+                     "[39,585, 39,952] tokens/s/GPU, 412.3 [410.7, 414.5] TFLOP/s/GPU, MFU 41.7% "
+                     "[41.5%, 41.9%] (medians of 40 steady-state steps, 95% intervals); peak "
+                     "memory 45.67 GiB allocated (57% of the GPU), 50.00 GiB reserved")
+
+
+def test_under_6_steady_state_steps_the_medians_have_no_interval():
+    run = cpu_run(step_time_s_low=None, step_time_s_high=None)
+    run.steady_state_steps = [3, 4, 5, 6, 7]
+    assert console.result_lines(run, "o")[0] == (
+        "[launch] ok: 153.3 ms/step (p90 183.8 ms), 1,670 tokens/s/GPU, 0.0011 TFLOP/s/GPU "
+        "(medians of 5 steady-state steps; under 6 give no interval); peak RSS 0.71 GiB")
 
 
 def test_a_gpu_without_a_known_peak_says_so_where_its_mfu_would_be():

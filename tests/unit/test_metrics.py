@@ -321,3 +321,16 @@ def test_remaining_s_is_the_steps_left_at_the_mean_step_time_so_far():
     assert metrics.remaining_s([0.3], 0) == 0
     with pytest.raises(ValueError, match="no steps"):
         metrics.remaining_s([], 3)
+
+
+@pytest.mark.parametrize("n,ranks", [(6, (1, 6)), (10, (2, 9)), (18, (5, 14)), (20, (6, 15)),
+                                     (50, (18, 33))])
+def test_the_medians_interval_is_the_order_statistics_of_the_binomial_table(n, ranks):
+    """The distribution-free 95% interval of a median: the ranks of the binomial tables (e.g.
+    Conover, Practical Nonparametric Statistics, table A3): x_(6) to x_(15) of 20 values."""
+    values = [float(v) for v in range(n, 0, -1)]  # unsorted on purpose
+    assert metrics.median_interval(values) == tuple(float(r) for r in ranks)
+
+
+def test_under_6_values_the_median_has_no_95_interval():
+    assert metrics.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
