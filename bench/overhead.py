@@ -27,6 +27,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -40,7 +41,8 @@ WARMUP = 2  # steps left out of the steady state, as train.warmup_steps
 
 
 def timed(command: list, first_line: str, env: dict, cores: set) -> tuple:
-    """(seconds from start to the line that ends step 1, the whole stdout)."""
+    """(seconds from start to the line that ends step 1, the first to match the regular
+    expression `first_line`, and the whole stdout)."""
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, env=env, cwd=ROOT,
@@ -48,7 +50,7 @@ def timed(command: list, first_line: str, env: dict, cores: set) -> tuple:
     first, lines = None, []
     for line in iter(proc.stdout.readline, ""):  # not `for line in`: it reads ahead in blocks
         lines.append(line)
-        if first is None and line.startswith(first_line):
+        if first is None and re.match(first_line, line):
             first = time.perf_counter() - start
     if proc.wait() != 0:
         raise SystemExit(f"failed: {' '.join(command)}")
@@ -60,7 +62,7 @@ def run_launch(args, folder: str, env: dict, tree: Path = ROOT) -> tuple:
     first, _ = timed([str(BIN / "launch"), "+recipe=tiny_cpu", f"train.steps={args.steps}",
                       f"train.warmup_steps={WARMUP}", f"runtime.nproc_per_node={args.ranks}",
                       "logging.wandb.mode=disabled", f"hydra.run.dir={run_dir}"],
-                     "step    1/", dict(env, PYTHONPATH=str(tree)), args.cores)
+                     r"step +1/", dict(env, PYTHONPATH=str(tree)), args.cores)
     summary = json.loads((run_dir / "summary.json").read_text())
     return first, summary["steady_state_step_times_s"], \
         summary["metrics"]["rss_growth_bytes_per_step"]
