@@ -32,7 +32,8 @@ from typing import List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from launcher.run import metrics  # noqa: E402  (pure Python)
+from launcher.estimate import flops  # noqa: E402  (pure Python)
+from launcher.run import step_stats  # noqa: E402  (pure Python)
 
 
 def launch_command() -> str:
@@ -77,7 +78,7 @@ def bare_loop_args(model: dict, train: dict, fsdp: dict, padded_vocab: int) -> L
 def megatron_lm_args(overrides: List[str], fsdp: dict, log: Path, timeout: float
                      ) -> Optional[List[str]]:
     """Megatron-LM's flags for the same cell, both sides at their defaults: what `launch
-    OVERRIDES runtime.print_megatron_lm=true` prints (launcher/run/megatron_lm.py; the config
+    OVERRIDES runtime.print_megatron_lm=true` prints (launcher/preflight/megatron_lm.py; the config
     parity test holds the two configs equal but for docs/megatron_lm_parity.md's table): the
     fusions on where this installation has them, off where it has not, on both sides. Then the
     switch (megatron_lm_loop.py's flag) and a log line per iteration with its TFLOP/s."""
@@ -95,13 +96,13 @@ def megatron_lm_args(overrides: List[str], fsdp: dict, log: Path, timeout: float
 def rates(times: List[float], summary: dict) -> dict:
     """Step time and throughput of steady-state step times, by the launcher's definitions."""
     world = summary["world_size"]
-    per_s = metrics.median_per_step(
-        lambda t: metrics.tflops_per_gpu(summary["flops_per_step"], t, world), times) * 1e12
+    per_s = step_stats.median_per_step(
+        lambda t: flops.tflops_per_gpu(summary["flops_per_step"], t, world), times) * 1e12
     return {"step_time_s_p50": statistics.median(times),
-            "tokens_per_s_per_gpu": metrics.median_per_step(
-                lambda t: metrics.tokens_per_s_per_gpu(summary["tokens_per_step"], t, world),
+            "tokens_per_s_per_gpu": step_stats.median_per_step(
+                lambda t: flops.tokens_per_s_per_gpu(summary["tokens_per_step"], t, world),
                 times),
-            "tflops_per_gpu": per_s / 1e12, "mfu": metrics.mfu(per_s, summary["peak_flops"]),
+            "tflops_per_gpu": per_s / 1e12, "mfu": flops.mfu(per_s, summary["peak_flops"]),
             "steps": len(times)}
 
 

@@ -133,7 +133,7 @@ def main():
         output = model(tokens, positions, None, labels=labels)
         return output, lambda losses: (losses.float().mean(), {"lm loss": losses.float().mean()})
 
-    from launcher.run.metrics import current_rss_bytes, growth_per_step
+    from launcher.run.step_stats import current_rss_bytes, growth_per_step
 
     times, rss = [], [None, None]
     for step in range(1, args.steps + 1):

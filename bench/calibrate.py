@@ -1,4 +1,4 @@
-"""Measures this machine's constants for the dry run's time model (launcher/run/predict.py) and
+"""Measures this machine's constants for the dry run's time model (launcher/estimate/predict.py) and
 prints them as a hardware file; `--write NAME` saves it as hardware/NAME.yaml.
 
     .venv/bin/python bench/calibrate.py [--write cpu_2core] [--ranks 1 2 4] [--layers 1 2 4]
@@ -115,8 +115,8 @@ def host_times(figures: dict, ranks: int, layers: list) -> tuple:
     microbatches is a layer's host time, its intercept the step's own."""
     from launcher.cli import compose
     from launcher.config import Hardware
-    from launcher.run.predict import simulate, units_of
-    from launcher.run.topology import Cluster
+    from launcher.estimate.predict import simulate, units_of
+    from launcher.estimate.topology import Cluster
 
     entry = {**figures["by_ranks"][ranks], "layer_host_us": 0.0, "step_host_us": 0.0}
     bare = Hardware(**{**figures, "by_ranks": {ranks: entry}})
@@ -147,8 +147,8 @@ def moe_host_us(figures: dict, ranks: int, host: dict) -> float:
     with no host time in its layers, over its layers and microbatches."""
     from launcher.cli import compose
     from launcher.config import Hardware
-    from launcher.run.predict import simulate, units_of
-    from launcher.run.topology import Cluster
+    from launcher.estimate.predict import simulate, units_of
+    from launcher.estimate.topology import Cluster
 
     args = [*MOE_CALIBRATION, f"runtime.nproc_per_node={ranks}",
             f"parallel.expert_model_parallel_size={min(ranks, 2)}"]

@@ -58,8 +58,8 @@ def overrides(model: str, ranks: int, prefetch: bool, steps: int) -> list:
 
 def predicted(args: list, hardware) -> tuple:
     from launcher.cli import compose
-    from launcher.run.predict import predict
-    from launcher.run.topology import Cluster
+    from launcher.estimate.predict import predict
+    from launcher.estimate.topology import Cluster
 
     cfg = compose(args)
     p = predict(cfg, Cluster(hardware, cfg.runtime.nproc_per_node, 1))
@@ -97,8 +97,8 @@ def predict_runs(folder: str, hardware: str) -> None:
 
     from launcher.cli import register_configs
     from launcher.config import Config, load_hardware, to_config
-    from launcher.run.predict import predict
-    from launcher.run.topology import Cluster
+    from launcher.estimate.predict import predict
+    from launcher.estimate.topology import Cluster
 
     register_configs()
     hw = load_hardware(auto_hardware() if hardware == "auto" else hardware)

@@ -87,7 +87,7 @@ ROWS = [
 
 def predict_row(row: Row):
     from launcher.cli import compose
-    from launcher.run.predict import cluster_of, predict, predict_band
+    from launcher.estimate.predict import cluster_of, predict, predict_band
 
     cfg = compose(row.overrides)
     cluster = cluster_of(cfg)

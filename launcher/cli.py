@@ -17,9 +17,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from launcher.run import ranks
-from launcher.run.preflight import preflight
-from launcher.run.support import check_fp8_support, check_support
+from launcher.preflight import ranks
+from launcher.preflight.check import preflight
+from launcher.preflight.support import check_fp8_support, check_support
 from launcher.config import Config, ConfigError, World, check_world_size, to_config
 from launcher.config.effect import given_keys
 from launcher.config.values import check_bool_overrides, parse
@@ -48,7 +48,7 @@ def compose(overrides: list) -> Config:
     (model.vocab_size filled in), without Hydra's run directory: for scripts under bench/."""
     from hydra import compose as hydra_compose, initialize_config_module
 
-    from launcher.run.preflight import with_vocab
+    from launcher.preflight.check import with_vocab
 
     register_configs()
     check_bool_overrides(parse(overrides), Config)
@@ -84,9 +84,10 @@ def _main(composed: DictConfig) -> None:
         return refuse(err, run_dir)
     cfg = cleared.cfg
     if cfg.runtime.print_megatron_lm:
-        from launcher.run import megatron_lm
+        from launcher.preflight import megatron_lm
+        from launcher.run.device import targets_gpu
 
-        return print(megatron_lm.for_config(cfg, cleared.world))
+        return print(megatron_lm.for_config(cfg, cleared.world, targets_gpu(cfg)))
     for note in cleared.notes:
         print(f"[launch] note: {note}", flush=True)
     if cfg.runtime.dry_run:
@@ -118,9 +119,9 @@ def dry_run(cfg: Config, world: World, recipe: Optional[str] = None) -> str:
     """The estimate in the run's one world; where this installation could not build the run (a
     recipe for GPUs with Transformer Engine, estimated on a laptop), why, as a line of it rather
     than a refusal; where the recipe is written for another world, which keys give it."""
-    from launcher.run.estimate import describe
+    from launcher.estimate.memory import describe
 
-    from launcher.run.prediction_text import describe_prediction
+    from launcher.estimate.prediction_text import describe_prediction
 
     try:
         check_support(cfg.model, cfg.parallel, cfg.cuda_graph)

@@ -30,7 +30,7 @@ class RunMetrics:
     step_time_s_p90: Optional[float] = None
     step_time_s_low: Optional[float] = None
     step_time_s_high: Optional[float] = None
-    """The 95% interval of the median step time (distribution-free, launcher.run.metrics
+    """The 95% interval of the median step time (distribution-free, launcher.run.step_stats
     median_interval); null below 6 steady-state steps. The rates' intervals follow from it: each
     is a constant over the step time."""
     throughput_null_reason: Optional[str] = None

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 # `launch` beside this interpreter (a venv), else on PATH: on the lent GPU machine the GPU check
-# installs it with --target, next to the machine's own python3 (bench/gpu_check.py)
+# installs it with --target, next to the machine's own python3 (gpu/check.py)
 _BESIDE = Path(sys.executable).parent / "launch"
 LAUNCH = str(_BESIDE) if _BESIDE.exists() else (shutil.which("launch") or str(_BESIDE))
 
@@ -152,11 +152,12 @@ def runs_on_a_cpu(command: str) -> bool:
 
 @pytest.fixture(scope="session")
 def user_home(tmp_path_factory):
-    """Where a user's shell is: the checkout's .venv at .venv and its bench/ (the scripts a
+    """Where a user's shell is: the checkout's .venv at .venv and its bench/ and gpu/ (the scripts a
     page's benchmark runs), nothing else."""
     folder = tmp_path_factory.mktemp("user")
     (folder / ".venv").symlink_to(VENV)
     (folder / "bench").symlink_to(ROOT / "bench")
+    (folder / "gpu").symlink_to(ROOT / "gpu")
     return folder
 
 

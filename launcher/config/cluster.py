@@ -148,7 +148,7 @@ WITHIN = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in (0, 1]": lambda 
 BANDS = ("hbm_fraction", "bus_fraction", "nic_fraction", "launch_us", "host_link_gbps")
 KERNEL_CLASSES = ("sms", "gemm_fraction", "attention_fraction", "hbm_fraction", "bus_fraction",
                   "nic_fraction", "launch_us", "host_link_gbps")
-"""A GPU file's figures for the kernel-class model (launcher/run/kernels.py): all or none."""
+"""A GPU file's figures for the kernel-class model (launcher/estimate/kernels.py): all or none."""
 
 # The figures by_ranks may hold for a rank count (Hardware.at reads them)
 BY_RANKS = ("latency_us", "intra_node_gbps", "layer_host_us", "moe_layer_host_us",

@@ -7,7 +7,7 @@ argument_utils.py): `format` is --fp8-format (TransformerConfig.fp8), `recipe` -
 fp8_param_gather). Megatron-LM's other FP8 flags (--fp8-margin, --fp8-amax-history-len,
 --fp8-amax-compute-algo, --fp8-wgrad...) keep megatron-core's defaults, which are theirs too.
 What needs Transformer Engine, and which version, is checked where the installation is known
-(launcher/run/support.py check_fp8_support).
+(launcher/preflight/support.py check_fp8_support).
 """
 
 from dataclasses import dataclass

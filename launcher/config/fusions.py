@@ -4,7 +4,7 @@ fields and persist_layer_norm), one key each so that a sweep can A/B them.
 Megatron-LM turns every one of them on (megatron/training/arguments.py: each has a `--no-...`
 flag) and TransformerConfig, which the launcher builds itself, has them all off. So null means
 Megatron-LM's default: on where this installation has the kernel, off where it has not, and the
-run's start line names each one left off and why (launcher/run/fusions.py decides, before any
+run's start line names each one left off and why (launcher/preflight/fusions.py decides, before any
 rank starts). true asks for the kernel and is refused where it is missing; false turns it off.
 """
 
@@ -15,7 +15,7 @@ from typing import Optional
 @dataclass
 class FusionsConfig:
     """Fused kernels (megatron-core TransformerConfig); null: Megatron-LM's default, on where
-    the kernel is installed (launcher/run/fusions.py)."""
+    the kernel is installed (launcher/preflight/fusions.py)."""
 
     masked_softmax: Optional[bool] = None
     """Scale, mask and softmax of attention scores in one kernel (masked_softmax_fusion;

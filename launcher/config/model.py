@@ -181,7 +181,7 @@ class ModelConfig:
 
     def padded_vocab_size(self, tensor_parallel_size: int) -> int:
         if self.vocab_size is None:
-            raise ValueError("model.vocab_size is resolved (launcher.run.preflight.with_vocab) before it is used")
+            raise ValueError("model.vocab_size is resolved (launcher.preflight.check.with_vocab) before it is used")
         multiple = 128 * tensor_parallel_size
         return -(-self.vocab_size // multiple) * multiple
 

@@ -29,8 +29,8 @@ from launcher.config import (
     Activation, Config, CudaGraphConfig, Fp8Config, FsdpConfig, LayerSpec, ModelConfig, MoeConfig,
     ParallelConfig, Precision, RecomputeConfig, TrainConfig,
 )
-from launcher.run.fusions import Fusions
-from launcher.run.support import layer_spec
+from launcher.preflight.fusions import Fusions
+from launcher.preflight.support import layer_spec
 
 _FSDP_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "auto": None}
 
@@ -39,7 +39,7 @@ def transformer_config(model: ModelConfig, parallel: ParallelConfig, cuda_graph:
                        train: TrainConfig, fusions: Fusions, on_cpu: bool) -> TransformerConfig:
     """Our model/parallel/cuda_graph/train sections as megatron-core's TransformerConfig, with the
     fused kernels the run uses and the layer spec they were resolved for
-    (launcher.run.fusions.resolve). docs/megatron_lm_parity.md lists every field where it differs
+    (launcher.preflight.fusions.resolve). docs/megatron_lm_parity.md lists every field where it differs
     from what Megatron-LM builds from the same settings (launch ... runtime.print_megatron_lm)."""
     swiglu = model.activation == Activation.swiglu
     bf16 = train.precision == Precision.bf16
@@ -215,7 +215,7 @@ def warm_up_fusions(megatron_lm_flags: list) -> None:
     bias-dropout-add functions for both grad modes before step 1, and its torch.rand draws
     advance the CUDA generator as in Megatron-LM, so hidden-dropout masks come out the same.
     It reads megatron.training's global args: they are parsed by megatron's own parser from the
-    run's Megatron-LM flags (launcher.run.megatron_lm) and unset after. GPU runs only: on a CPU
+    run's Megatron-LM flags (launcher.preflight.megatron_lm) and unset after. GPU runs only: on a CPU
     the compiled fusions are off, and compiling them costs 30-50 s a rank."""
     import argparse
 
@@ -288,7 +288,7 @@ def position_fields(model: ModelConfig) -> dict:
 
 
 def layer_spec_module(model: ModelConfig, config: TransformerConfig):
-    """megatron-core's spec for `model.layer_spec` (launcher.run.support.layer_spec), chosen as
+    """megatron-core's spec for `model.layer_spec` (launcher.preflight.support.layer_spec), chosen as
     Megatron-LM's gpt_builders.py does: with experts, the decoder block spec (dense and MoE
     layers as model.moe.layer_freq says); without, one layer spec for every layer."""
     te = layer_spec(model) == LayerSpec.transformer_engine
@@ -346,15 +346,15 @@ def build_all(cfg: Config, on_cpu: bool):
 
 
 def megatron_lm_flags(cfg: Config, on_cpu: bool) -> list:
-    """This run as Megatron-LM's flags (launcher.run.megatron_lm)."""
-    from launcher.run import megatron_lm
+    """This run as Megatron-LM's flags (launcher.preflight.megatron_lm)."""
+    from launcher.preflight import megatron_lm
 
     return megatron_lm.flags(cfg, run_fusions(cfg, on_cpu), layer_spec(cfg.model), on_cpu)
 
 
 def run_fusions(cfg: Config, on_cpu: bool) -> Fusions:
-    """The fused kernels this run uses (launcher.run.fusions)."""
-    from launcher.run import fusions
+    """The fused kernels this run uses (launcher.preflight.fusions)."""
+    from launcher.preflight import fusions
 
     return fusions.resolve(cfg.model, layer_spec(cfg.model), cfg.train.precision, on_cpu,
                            fusions.Kernels.here())

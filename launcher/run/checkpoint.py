@@ -8,14 +8,14 @@ then the model, optimizer and scheduler load_state_dict): every rank writes its 
 finished and `launcher.json` (the step, the model section, the world) is written atomically.
 
 The checks that need no torch (which checkpoint to resume, is it complete and of this model,
-can the folder be written) are launcher.run.resume's, run in the `launch` process.
+can the folder be written) are launcher.preflight.resume's, run in the `launch` process.
 """
 
 import os
 import shutil
 
 from launcher.config import ModelConfig
-from launcher.run.resume import MARKER, step_dir, vars_of
+from launcher.preflight.resume import MARKER, step_dir, vars_of
 
 FORMAT = "fsdp_dtensor"
 

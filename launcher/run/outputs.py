@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from launcher.files import unwritable, write_text_atomic
+from launcher.files import write_text_atomic
 from launcher.run.console import SEPARATOR, step_column
 
 
@@ -217,42 +217,6 @@ class WandbLogger:
                                   if v is not None})
         self._run.summary["summary/status"] = status
         self._run.finish(exit_code=0 if status == "ok" else 1)  # wandb marks the run failed
-
-
-def check_folders(logging, data) -> None:
-    """The folders a run writes besides its own, when set: TensorBoard's and the data cache."""
-    from launcher.config import ConfigError
-
-    wanted = [("logging.tensorboard.dir", logging.tensorboard.dir if logging.tensorboard.enabled
-               else None), ("data.cache_dir", data.cache_dir)]
-    for key, folder in wanted:
-        why = unwritable(folder) if folder else None
-        if why:
-            raise ConfigError(f"{key}={folder} cannot be written ({why}); set {key} to a "
-                              "writable directory, or null")
-
-
-def check_wandb_login(wandb_cfg) -> None:
-    """logging.wandb.mode=online needs credentials: refused in the launch process, before any
-    rank, where wandb's own lookup (WANDB_API_KEY or its identity token, the .netrc entry
-    `wandb login` writes, wandb's settings) finds none for its host."""
-    from launcher.config import ConfigError, WandbMode
-
-    if wandb_cfg.mode != WandbMode.online:
-        return
-    import wandb
-    from wandb.sdk.lib.wbauth import authenticate, host_url
-
-    host = wandb.setup().settings.base_url
-    try:
-        found = authenticate._use_system_auth(host=host_url.HostUrl(host), source="launch",
-                                              update_session=False)
-    finally:
-        wandb.teardown()
-    if found is None:
-        raise ConfigError(f"logging.wandb.mode=online but wandb has no credentials for {host}; "
-                          "run `wandb login` (or set WANDB_API_KEY), or set "
-                          "logging.wandb.mode=offline")
 
 
 def where(run) -> str:

@@ -4,7 +4,7 @@
   Metric), in the order of the console's step line (each part's format: launcher.run.console);
   the step hooks declare theirs (launcher.run.hooks);
 - `Rates`: what a step's time converts into (tokens/s/GPU, TFLOP/s/GPU, MFU), from the model's
-  FLOPs and the device's peak (launcher.run.metrics: the arithmetic);
+  FLOPs and the device's peak (launcher.estimate.flops: the arithmetic);
 - `StepResult`: what a step returns (its loss, gradient norm, learning rate, and whether the
   optimizer skipped its update);
 - `StepLog`: every step's loss and time, the validation losses, the process's RSS, the skipped
@@ -25,9 +25,10 @@ from typing import List, Optional, Sequence
 import torch
 
 from launcher.config import Config, ModelConfig, TrainConfig, as_dict
-from launcher.run import console, metrics
+from launcher.estimate import flops
+from launcher.run import console, step_stats
 from launcher.run.outputs import Metric, MetricsFile, StepOutputs, open_loggers
-from launcher.run.ranks import Layout
+from launcher.preflight.ranks import Layout
 from launcher.summary import RunMetrics
 
 STEP = (
@@ -78,18 +79,18 @@ class Rates:
     @classmethod
     def of(cls, model: ModelConfig, train: TrainConfig, padded_vocab: int, world_size: int,
            device_name: Optional[str]) -> "Rates":
-        flops = metrics.flops_per_step(model, train.global_batch_size, padded_vocab)
-        return cls(train.global_batch_size * model.seq_length, flops,
-                   metrics.peak_flops(device_name, train.matmul_dtype), world_size)
+        per_step = flops.flops_per_step(model, train.global_batch_size, padded_vocab)
+        return cls(train.global_batch_size * model.seq_length, per_step,
+                   flops.peak_flops(device_name, train.matmul_dtype), world_size)
 
     def tokens_per_s(self, seconds: float) -> float:
-        return metrics.tokens_per_s_per_gpu(self.tokens_per_step, seconds, self.world_size)
+        return flops.tokens_per_s_per_gpu(self.tokens_per_step, seconds, self.world_size)
 
     def tflops(self, seconds: float) -> float:
-        return metrics.tflops_per_gpu(self.flops_per_step, seconds, self.world_size)
+        return flops.tflops_per_gpu(self.flops_per_step, seconds, self.world_size)
 
     def mfu(self, tflops: float) -> Optional[float]:
-        return metrics.mfu(tflops * 1e12, self.peak_flops)
+        return flops.mfu(tflops * 1e12, self.peak_flops)
 
     def of_step(self, seconds: float) -> dict:
         """A step's rates, by their metrics' keys (STEP)."""
@@ -98,13 +99,13 @@ class Rates:
                 "mfu": self.mfu(tflops)}
 
     def steady(self, times: List[float]) -> dict:
-        """tokens/s/GPU, TFLOP/s/GPU (medians of the per-step rates: metrics.median_per_step),
+        """tokens/s/GPU, TFLOP/s/GPU (medians of the per-step rates: step_stats.median_per_step),
         MFU, step-time percentiles and the median step time's 95% interval over the
         steady-state step times."""
-        stats = metrics.step_time_stats(times)
-        tflops = metrics.median_per_step(self.tflops, times)
-        low, high = metrics.median_interval(times) or (None, None)
-        return {"tokens_per_s_per_gpu": metrics.median_per_step(self.tokens_per_s, times),
+        stats = step_stats.step_time_stats(times)
+        tflops = step_stats.median_per_step(self.tflops, times)
+        low, high = step_stats.median_interval(times) or (None, None)
+        return {"tokens_per_s_per_gpu": step_stats.median_per_step(self.tokens_per_s, times),
                 "tflops_per_gpu": tflops, "mfu": self.mfu(tflops),
                 "step_time_s_p50": stats["p50"], "step_time_s_p90": stats["p90"],
                 "step_time_s_low": low, "step_time_s_high": high}
@@ -136,7 +137,7 @@ class StepLog:
 
     def step(self, step: int, result: StepResult, seconds: float) -> None:
         self.steps.append({"step": step, "loss": result.loss, "step_time_s": seconds})
-        self.rss[len(self.steps) > 1] = metrics.current_rss_bytes()
+        self.rss[len(self.steps) > 1] = step_stats.current_rss_bytes()
         self.num_skipped += result.skipped
         self.num_nan += not math.isfinite(result.loss)
 
@@ -187,7 +188,7 @@ class Recorder:
                 "loss": result.loss, "grad_norm": result.grad_norm,
                 "skipped_steps": log.num_skipped, "nan_steps": log.num_nan,
                 **self.peak_memory_so_far(),
-                "eta_s": metrics.remaining_s(log.times(), self.cfg.train.steps - step)}
+                "eta_s": step_stats.remaining_s(log.times(), self.cfg.train.steps - step)}
 
     def peak_memory_so_far(self) -> dict:
         """A GPU: the allocator's peak allocated bytes (restarted as the second step begins:
@@ -227,7 +228,7 @@ class Recorder:
             **throughput(self.rates, log, times, self.cfg, self.window()),
             **peak_memory(self.on_cpu),
             # memory a step adds (rank 0's RSS after the last step minus after the first, per step)
-            rss_growth_bytes_per_step=metrics.growth_per_step(*log.rss, len(log.steps)),
+            rss_growth_bytes_per_step=step_stats.growth_per_step(*log.rss, len(log.steps)),
             final_loss=log.steps[-1]["loss"],
             final_valid_loss=log.valid_losses[-1]["valid_loss"] if log.valid_losses else None,
             **first_group)

@@ -25,29 +25,21 @@ from torch.distributed.elastic.rendezvous import RendezvousConnectionError, Rend
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from launcher.run import ranks
+from launcher.preflight import ranks
 from launcher.config import Config, ConfigError, Device, RuntimeConfig, World, as_dict, \
     check_world_size, resolve_world
-from launcher.run.rendezvous import LOG, RendezvousFailed, accepts, detail, failed, log_lines, \
+from launcher.preflight.rendezvous import LOG, RendezvousFailed, accepts, detail, failed, log_lines, \
     native_stderr_to, not_joined, unanswered, unreached
 from launcher.run.console import result_lines
+from launcher.run.device import resolve_device
 from launcher.run.crashes import crash_log_path, crash_report, remove_empty
 from launcher.run.failures import classify_failure, excerpt
-from launcher.run.support import check_device
+from launcher.preflight.support import check_device
 from launcher.run.worker import run_rank
 from launcher import summary as run_summary
 from launcher.summary import RunFailure, RunSummary
 
 RDZV_ID = "mfsdp-launcher"  # the same on every node of a multi-node job, as torchrun's default
-
-
-def resolve_device(device: Device) -> str:
-    if device == Device.auto:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == Device.cuda and not torch.cuda.is_available():
-        raise ConfigError("runtime.device=cuda but no CUDA device is visible; "
-                          "set runtime.device=cpu or auto")
-    return device.value
 
 
 def free_port() -> int:
@@ -171,7 +163,7 @@ class Rendezvous:
                                     read_timeout=seconds)  # the connect retries this long
 
     def failed(self, err: Exception) -> RendezvousFailed:
-        """torch's errors said as what the rendezvous waited for (launcher.run.rendezvous)."""
+        """torch's errors said as what the rendezvous waited for (launcher.preflight.rendezvous)."""
         if isinstance(err, RendezvousTimeoutError):  # the join: before any rank starts
             return not_joined(self.endpoint, self.stated, self.seconds, self.world)
         if isinstance(err, RendezvousFailed):

@@ -21,12 +21,12 @@ from megatron.core import parallel_state
 
 from launcher.config import Config
 from launcher.run import build, checkpoint, experts, graphs, profile, record
-from launcher.run.environment import RECORDED
+from launcher.preflight.environment import RECORDED
 from launcher.run.failures import classify_failure
 from launcher.run.first_group import FirstGroupProbe, summarise
 from launcher.run.hooks import NO_SPAN, PeakMemory, StepHooks
-from launcher.run.ranks import Layout
-from launcher.run.resume import checkpoint_dir
+from launcher.preflight.ranks import Layout
+from launcher.preflight.resume import checkpoint_dir
 from launcher.summary import RunSummary
 
 
@@ -282,7 +282,7 @@ class ReadsInRanges:
 
 def gather_ranks(on_cpu: bool) -> tuple:
     """({host: [device of each of its ranks]}, [the environment each rank saw]), gathered from
-    every rank: the job's host list, and the variables of launcher.run.environment."""
+    every rank: the job's host list, and the variables of launcher.preflight.environment."""
     mine = (socket.gethostname(), "cpu" if on_cpu else torch.cuda.get_device_name(),
             {name: os.environ.get(name) for name in RECORDED})
     everyone = [None] * torch.distributed.get_world_size()

@@ -9,14 +9,15 @@ import torch
 
 from launcher import notices
 from launcher.config import Config
-from launcher.run import cpu_compat, crashes, gloo, ranks
+from launcher.run import cpu_compat, crashes, gloo
+from launcher.preflight import ranks
 from launcher.summary import RunSummary
 
 
 def run_rank(cfg: Config, run_dir: str, device_type: str,
              resume_from: Optional[str] = None) -> Optional[RunSummary]:
     """The function every rank runs; returns rank 0's summary (other ranks: None). `resume_from`:
-    a checkpoint the launch process found and checked (launcher.run.resume.find_resume)."""
+    a checkpoint the launch process found and checked (launcher.preflight.resume.find_resume)."""
     notices.install()
     me = ranks.layout()
     crash_log = crashes.keep_stacks(run_dir, me.rank)  # a fatal signal leaves every stack there

@@ -19,9 +19,9 @@ from typing import Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from launcher.run import ranks
+from launcher.preflight import ranks
 from launcher import summary as run_summary
-from launcher.run.preflight import preflight
+from launcher.preflight.check import preflight
 from launcher.sweep.error import SweepError
 from launcher.sweep.slurm import check_launcher, is_slurm
 from launcher.config import Config, ConfigError, SweepConfig, to_config
@@ -44,7 +44,7 @@ class Cell:
     reason: str = ""
     """Why an invalid cell will not run: the validation error, one line."""
     predicted: str = ""
-    """With cluster.gpu: the dry run's time model for the cell (launcher.run.predict)."""
+    """With cluster.gpu: the dry run's time model for the cell (launcher.estimate.predict)."""
     world: str = ""
     """The world its job gets, and the keys that state it (launcher.config.world); "" where
     the cell is invalid."""
@@ -226,9 +226,10 @@ def compose_cell(load: Callable[[List[str]], DictConfig], overrides: List[str],
                 None, "")
     command = ""
     if printed:
-        from launcher.run import megatron_lm
+        from launcher.preflight import megatron_lm
+        from launcher.run.device import targets_gpu
 
-        command = megatron_lm.for_config(cleared.cfg, cleared.world)
+        command = megatron_lm.for_config(cleared.cfg, cleared.world, targets_gpu(cleared.cfg))
     return (OmegaConf.to_container(composed, resolve=True, enum_to_str=True), values, "",
             predicted(cleared.cfg, cleared.world), cleared.world, command)
 
@@ -238,7 +239,7 @@ def predicted(cfg, world) -> tuple:
     or why there is none ("" without a cluster), and its (slow, middle, fast) seconds or None."""
     if cfg.cluster.gpu is None:
         return "", None
-    from launcher.run.prediction_text import short
+    from launcher.estimate.prediction_text import short
 
     try:
         text, steps = short(cfg, world)

@@ -160,7 +160,7 @@ def cell_metrics(ok: List[RunSummary], samples: List[np.ndarray]) -> dict:
     first = ok[0]
     tps, low, high = stats.median_ci(samples)
     seconds = np.asarray([t for s in ok for t in s.steady_state_step_times_s])
-    # the median of the per-step rates, as a run's summary has it (metrics.median_per_step)
+    # the median of the per-step rates, as a run's summary has it (launcher.run.step_stats.median_per_step)
     tflops = float(np.median(first.flops_per_step / seconds / first.world_size / 1e12))
     peak = first.peak_flops
     return {

@@ -16,7 +16,7 @@ from typing import List, Optional
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from launcher.run.ranks import is_submitit
+from launcher.preflight.ranks import is_submitit
 from launcher.sweep.error import SweepError
 
 # How long sinfo and `sbatch --test-only` may take: a controller answers within its

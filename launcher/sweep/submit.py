@@ -6,7 +6,7 @@ hydra-submitit-launcher's own `launch` submits a round as one job array under on
 returns the first failure's exception for the whole round; here every job is submitted on its
 own, so that a cancelled or timed-out job is that job's result only. Each task runs the
 launcher's own callable (Hydra composes the job there, as with the plugin), with the per-rank
-log overrides of launcher.run.ranks.
+log overrides of launcher.preflight.ranks.
 """
 
 import subprocess
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from launcher.run.ranks import rank_overrides
+from launcher.preflight.ranks import rank_overrides
 from launcher.sweep.slurm import executor_for
 
 POLL_S = 10  # one sacct call for all of a round's jobs

@@ -32,7 +32,8 @@ from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
 from launcher.cli import compose  # noqa: E402
 from launcher.config import ShardingStrategy  # noqa: E402
-from launcher.run import build, megatron_lm  # noqa: E402
+from launcher.run import build
+from launcher.preflight import megatron_lm  # noqa: E402
 
 
 def groups_of(module, ddp) -> list:

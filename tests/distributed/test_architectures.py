@@ -10,8 +10,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from conftest import LAUNCH, make_config, read_run, run_launch
-from launcher.run.preflight import with_vocab
-from launcher.run.estimate import num_parameters, padded_vocab
+from launcher.preflight.check import with_vocab
+from launcher.estimate.memory import num_parameters, padded_vocab
 
 pytestmark = pytest.mark.distributed
 

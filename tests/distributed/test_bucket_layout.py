@@ -5,7 +5,7 @@ config its get_model hands it, bucket size resolved (tests/distributed/bucket_la
 meta device, torch's fake process group for the world), group by group; the two DDP configs as
 handed differ only in docs/megatron_lm_parity.md's rows (the config-parity test compares them
 before get_model's resolution, tests/integration/test_megatron_lm_configs.py); and the dry run's
-layout (launcher.run.layout) is both.
+layout (launcher.estimate.param_groups) is both.
 The sharding strategies and the bucket keys (fsdp.bucket_size, fsdp.num_buckets: Megatron-LM's
 --ddp-bucket-size, --ddp-num-buckets) on the recipes with experts and without."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import compose
-from launcher.run.layout import parameter_groups
+from launcher.estimate.param_groups import parameter_groups
 
 pytestmark = pytest.mark.distributed
 

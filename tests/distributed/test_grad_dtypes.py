@@ -1,5 +1,5 @@
 """One gradient dtype: what the dry run's time model and memory table assume
-(launcher.run.estimate.gradient_dtypes) against the real Megatron-FSDP the build hands the same
+(launcher.estimate.memory.gradient_dtypes) against the real Megatron-FSDP the build hands the same
 config to, on one CPU rank: each parameter group's main-gradient buffer and the dtype its
 reduce-scatter moves. bf16 weights keep and reduce bf16 gradients unless fsdp.main_grads_dtype
 or fsdp.grad_comm_dtype say otherwise; Megatron-LM's grad_reduce_in_fp32 (which the build sets,
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli import compose
-from launcher.run.estimate import gradient_dtypes
+from launcher.estimate.memory import gradient_dtypes
 from launcher.run.spawn import free_port
 
 SCRIPT = Path(__file__).with_name("fsdp_groups.py")

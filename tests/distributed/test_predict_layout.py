@@ -1,9 +1,9 @@
 """The time model's buckets are Megatron-FSDP's: the dry run's parameter groups
-(launcher.run.layout.parameter_groups, arithmetic on the config) against the groups of the real
+(launcher.estimate.param_groups.parameter_groups, arithmetic on the config) against the groups of the real
 engine built from the same config on one CPU rank, for the CPU twins of the GPT-2, Llama-3 and
 MoE recipes, with Megatron-LM's default bucket size and with one that splits the parameters
 outside the layers; and, with fsdp units, the all-gather prefetch window (half the communication
-unit the installed megatron-core infers: launcher.run.communication_unit)."""
+unit the installed megatron-core infers: launcher.estimate.communication_unit)."""
 
 import json
 import subprocess
@@ -14,9 +14,9 @@ import pytest
 
 from launcher.cli import compose
 from launcher.config import ShardingStrategy, load_hardware
-from launcher.run.layout import parameter_groups
-from launcher.run.predict import prefetch_elements, units_of
-from launcher.run.topology import Cluster
+from launcher.estimate.param_groups import parameter_groups
+from launcher.estimate.predict import prefetch_elements, units_of
+from launcher.estimate.topology import Cluster
 from launcher.run.spawn import free_port
 
 SCRIPT = Path(__file__).with_name("fsdp_groups.py")

@@ -301,7 +301,7 @@ def is_run(overrides) -> bool:
 @pytest.mark.parametrize("index", [i for i, (o, _) in enumerate(CATALOGUE) if is_run(o)],
                          ids=[" ".join(o)[:60] for o, _ in CATALOGUE if is_run(o)])
 def test_a_one_cell_sweep_refuses_what_the_run_refuses(refusals, sweep_refusals, index):
-    """One pre-flight (launcher/run/preflight.py) for a run and for each cell of a sweep."""
+    """One pre-flight (launcher/preflight/check.py) for a run and for each cell of a sweep."""
     run, sweep = refusals[index][0], sweep_refusals[index]
     reason = run.stderr.strip().removeprefix("error: ")
     assert sweep.returncode == 2, sweep.stdout[-1000:] + sweep.stderr[-2000:]

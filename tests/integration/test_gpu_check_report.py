@@ -1,4 +1,4 @@
-"""bench/gpu_check.py end to end with this venv (nothing installed): the sweep stage cut off by
+"""gpu/check.py end to end with this venv (nothing installed): the sweep stage cut off by
 its time limit still leaves a report of the partial sweep, every stage's status is printed and
 recorded, and the exit code says not all passed."""
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_sweep_cut_short_still_gets_its_report(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--venv",
+    proc = subprocess.run([sys.executable, str(ROOT / "gpu" / "check.py"), "--venv",
                            sys.prefix, "--cpu", "--sweep-timeout", "20", "--out", str(out),
                            "--work", str(tmp_path / "work"),
                            # runs too long to end within the limit on any machine

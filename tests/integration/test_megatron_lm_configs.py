@@ -27,9 +27,9 @@ import pytest
 import torch
 
 from conftest import make_config
-from launcher.run.preflight import with_vocab
+from launcher.preflight.check import with_vocab
 from launcher.config import LayerSpec
-from launcher.run import fusions, megatron_lm
+from launcher.preflight import fusions, megatron_lm
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ CASES = {"gpt": 8, "gpt_1p3b_1gpu_bf16": 1, "llama3_8b": 8, "llama3_70b": 64, "m
 LAYOUTS = {"transformer_engine": fusions.Kernels(True, False, False, False),
            "local": fusions.Kernels(False, False, False, False)}
 # FP8 and CPU offloading need Transformer Engine: on a GPU without it the run is refused before
-# any rank (launcher/run/support.py), so those cases are compared on its layout only
+# any rank (launcher/preflight/support.py), so those cases are compared on its layout only
 NEEDS_TE = ("train.fp8.format", "model.cpu_offloading_num_layers")
 PAIRS = [(case, layout) for case in CASES for layout in LAYOUTS
          if layout == "transformer_engine" or not any(key in case for key in NEEDS_TE)]

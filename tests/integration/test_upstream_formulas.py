@@ -28,11 +28,11 @@ import sys
 import pytest
 
 from conftest import make_config
-from launcher.run.preflight import with_vocab
+from launcher.preflight.check import with_vocab
 from launcher.config import FsdpDtype, LayerSpec, Normalization, PositionEmbedding, Precision
-from launcher.run import fusions, megatron_lm
-from launcher.run.estimate import activation_bytes, memory_per_gpu, num_parameters, padded_vocab
-from launcher.run.metrics import flops_per_step
+from launcher.preflight import fusions, megatron_lm
+from launcher.estimate.memory import activation_bytes, memory_per_gpu, num_parameters, padded_vocab
+from launcher.estimate.flops import flops_per_step
 
 pytestmark = pytest.mark.integration
 

@@ -253,7 +253,7 @@ def test_validation_of_a_split_without_validation_weight_is_refused():
 def test_vocab_size_is_null_by_default_with_a_mock_vocabulary():
     cfg = make("+recipe=gpt")
     assert cfg.model.vocab_size is None and cfg.model.mock_vocab_size == 50257
-    from launcher.run.preflight import with_vocab
+    from launcher.preflight.check import with_vocab
 
     assert with_vocab(cfg).model.vocab_size == 50257
     assert with_vocab(make("model.vocab_size=300")).model.vocab_size == 300

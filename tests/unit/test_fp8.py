@@ -10,7 +10,7 @@ import pytest
 from conftest import make_config as make
 from launcher.config import ConfigError, Fp8Config, Fp8Format, Fp8Recipe
 from launcher.config.effect import check_effect
-from launcher.run import megatron_lm, support
+from launcher.preflight import megatron_lm, support
 
 NO_TE = importlib.util.find_spec("transformer_engine") is None
 LLAMA_H100 = ["+recipe=llama3_8b", "cluster.gpu=h100_sxm"]
@@ -111,7 +111,7 @@ def test_a_recipe_newer_than_the_installed_transformer_engine_is_refused(monkeyp
 
 def test_the_dry_run_predicts_fp8_from_the_key():
     from launcher.cli import compose
-    from launcher.run.predict import cluster_of, predict
+    from launcher.estimate.predict import cluster_of, predict
 
     bf16, fp8 = compose(LLAMA_H100), compose(LLAMA_H100 + ["train.fp8.format=hybrid"])
     p16, p8 = predict(bf16, cluster_of(bf16)), predict(fp8, cluster_of(fp8))

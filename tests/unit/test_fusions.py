@@ -1,4 +1,4 @@
-"""model.fusions resolved against an installation and a device (launcher.run.fusions)."""
+"""model.fusions resolved against an installation and a device (launcher.preflight.fusions)."""
 
 import dataclasses
 
@@ -7,7 +7,7 @@ import pytest
 from launcher.config import (
     Activation, ConfigError, FusionsConfig, LayerSpec, ModelConfig, PositionEmbedding, Precision,
 )
-from launcher.run.fusions import FIELDS, Fusions, Kernels, resolve
+from launcher.preflight.fusions import FIELDS, Fusions, Kernels, resolve
 
 NOTHING = Kernels(transformer_engine=False, apex=False, masked_softmax=False,
                   weight_gradient=False)

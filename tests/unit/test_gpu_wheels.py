@@ -5,7 +5,7 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("gpu_wheels", ROOT / "bench" / "gpu_wheels.py")
+spec = importlib.util.spec_from_file_location("gpu_wheels", ROOT / "gpu" / "wheels.py")
 gpu_wheels = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(gpu_wheels)
 

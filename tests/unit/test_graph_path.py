@@ -18,7 +18,7 @@ from launcher.config import ConfigError, CudaGraphConfig, CudaGraphImpl  # noqa:
 from launcher.data.datasets import MockDataset, microbatches  # noqa: E402
 from launcher.run import build, trainer  # noqa: E402
 from launcher.run.checkpoint import tracker_states_to_load, tracker_states_to_save  # noqa: E402
-from launcher.run.environment import GRAPH_DEFAULTS, run_environment  # noqa: E402
+from launcher.preflight.environment import GRAPH_DEFAULTS, run_environment  # noqa: E402
 
 GRAPHS = CudaGraphConfig(impl=CudaGraphImpl.full_iteration)
 EAGER = CudaGraphConfig()

@@ -1,4 +1,4 @@
-"""The GPU's kernel classes in the dry run's time model (launcher/run/kernels.py, predict.py):
+"""The GPU's kernel classes in the dry run's time model (launcher/estimate/kernels.py, predict.py):
 each class by hand on round figures, the band from the rates' low to high ends, the topology of
 the cluster's keys, and what the dry run and a sweep's plan print from it."""
 
@@ -9,13 +9,13 @@ import pytest
 
 from launcher.cli import compose
 from launcher.config import Hardware
-from launcher.run.kernels import (
+from launcher.estimate.kernels import (
     Gemm, attention_share, gemm_s, kernels_per_layer, layer_gemms, memory_bound_bytes,
     wave_efficiency,
 )
-from launcher.run.predict import predict, predict_band
-from launcher.run.topology import Cluster
-from launcher.run.prediction_text import describe_prediction, short
+from launcher.estimate.predict import predict, predict_band
+from launcher.estimate.topology import Cluster
+from launcher.estimate.prediction_text import describe_prediction, short
 from launcher.sweep.driver import predicted_order
 from launcher.sweep.plan import Cell
 
@@ -145,8 +145,8 @@ def test_an_offloaded_layer_takes_the_longer_of_its_compute_and_its_copy_each_wa
     """model.cpu_offloading_num_layers: the first layers' activations (the memory estimate's)
     cross the host link each way, beside the next layer's compute; the others are as before,
     and the memory estimate keeps one offloaded layer's activations, not all of them."""
-    from launcher.run.estimate import layer_activation_bytes, memory_spec
-    from launcher.run.predict import units_of
+    from launcher.estimate.memory import layer_activation_bytes, memory_spec
+    from launcher.estimate.predict import units_of
 
     slow_link = dataclasses.replace(GPU, launch_us=(0.0, 0.0), host_link_gbps=(1e-3, 3e-3))
     cluster = Cluster(slow_link, 2, 1, end=0.5)

@@ -1,10 +1,11 @@
 """The package's imports, read with ast (nothing executed): no cycle, and every import runs the
-way the stages do (launcher/__init__.py): config <- run, sweep, data; run never imports sweep;
-data imports neither; sweep imports no torch or megatron at module level; nothing in launcher
-imports the project's own hydra_plugins (hydra-submitit-launcher's
-config is a dependency like any other)."""
+way the stages do (launcher/__init__.py): down the order config, data, preflight, estimate, run,
+sweep, never up it; preflight and estimate import no torch or megatron, anywhere in a module;
+sweep imports neither at module level; nothing in launcher imports the project's own
+hydra_plugins (hydra-submitit-launcher's config is a dependency like any other)."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,19 +103,23 @@ def test_find_cycle_finds_one_inside_a_function():
     assert set(find_cycle(edges)) == {"launcher.cli", "hydra_plugins.launch_sweeper"}
 
 
-# (importing stage, imported stage or package prefix, module level only?, why)
+# The stages in the order a run passes through them: a module may import its own stage and those
+# before it, never one after. `data` comes first of the rest: the pre-flight checks data files,
+# a rank reads them, and data imports neither.
+ORDER = ["config", "data", "preflight", "estimate", "run", "sweep"]
+TORCH_FREE = ("preflight", "estimate")  # what runs in the launch process before any rank
+
+# (importing module or stage, imported stage, why): the bottom helpers import no stage
 FORBIDDEN = [
-    ("config", "run", False, "config imports no other stage"),
-    ("config", "sweep", False, "config imports no other stage"),
-    ("config", "data", False, "config imports no other stage"),
-    ("config", "files", False, "config writes nothing"),
-    ("config", "cli", False, "config imports no other stage"),
-    ("run", "sweep", False, "run never imports sweep"),
-    ("data", "run", False, "data is used by run, never the reverse"),
-    ("data", "sweep", False, "data is used by run and launch-prepare only"),
-    ("files", "config", False, "files is the bottom helper"),
-    ("notices", "config", False, "notices is a bottom helper"),
+    ("config", "files", "config writes nothing"),
+    ("config", "cli", "config imports no other stage"),
+    ("files", "config", "files is the bottom helper"),
+    ("notices", "config", "notices is a bottom helper"),
 ]
+
+
+def upward(mine: str, theirs: str) -> bool:
+    return mine in ORDER and theirs in ORDER and ORDER.index(theirs) > ORDER.index(mine)
 
 
 def violations() -> list:
@@ -124,18 +129,40 @@ def violations() -> list:
             continue
         mine = stage(module)
         for target, top in imports_of(path):
-            if target.split(".")[0] == "hydra_plugins" and target in MODULES:  # ours only
+            heavy = target.split(".")[0]
+            if heavy == "hydra_plugins" and target in MODULES:  # ours only
                 found.append(f"{module} imports {target}: the plugin depends on the package, "
                              "never the reverse")
-            if mine == "config" and target.split(".")[0] in HEAVY:
+            if mine == "config" and heavy in HEAVY:
                 found.append(f"{module} imports {target}: config imports nothing heavy")
-            if mine == "sweep" and top and target.split(".")[0] in ("torch", "megatron"):
+            if mine in TORCH_FREE and heavy in ("torch", "megatron"):
+                found.append(f"{module} imports {target}: {mine} runs before any rank, no torch")
+            if mine == "sweep" and top and heavy in ("torch", "megatron"):
                 found.append(f"{module} imports {target} at module level: sweep runs no torch")
             if target in MODULES and target.startswith("launcher."):
-                for importer, imported, top_only, why in FORBIDDEN:
-                    if mine == importer and stage(target) == imported and (top or not top_only):
+                if upward(mine, stage(target)):
+                    found.append(f"{module} imports {target}: {mine} comes before "
+                                 f"{stage(target)} (launcher/__init__.py)")
+                for importer, imported, why in FORBIDDEN:
+                    if mine == importer and stage(target) == imported:
                         found.append(f"{module} imports {target}: {why}")
     return found
+
+
+def test_the_stage_rules_see_an_upward_and_a_torch_import(tmp_path, monkeypatch):
+    """The rules fire: a preflight module importing torch inside a function, and one importing run."""
+    for folder in ("preflight", "run"):
+        (tmp_path / "launcher" / folder).mkdir(parents=True)
+    bad, trainer = tmp_path / "launcher/preflight/bad.py", tmp_path / "launcher/run/trainer.py"
+    bad.write_text("from launcher.run import trainer\n\n\ndef f():\n    import torch\n")
+    trainer.write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "MODULES",
+                        {"launcher.preflight.bad": bad, "launcher.run.trainer": trainer})
+    assert violations() == [
+        "launcher.preflight.bad imports launcher.run.trainer: preflight comes before run "
+        "(launcher/__init__.py)",
+        "launcher.preflight.bad imports torch: preflight runs before any rank, no torch"]
 
 
 def test_imports_follow_the_stages():
@@ -176,7 +203,7 @@ def test_wide_functions_finds_a_seven_parameter_function(tmp_path):
 
 
 @pytest.mark.parametrize("module", ["launcher.cli", "launcher.config.schema",
-                                    "launcher.run.ranks", "launcher.sweep.plan"])
+                                    "launcher.preflight.ranks", "launcher.sweep.plan"])
 def test_light_modules_import_no_torch_at_module_level(module):
     """What `launch --cfg job` and a sweep's pre-flight load imports no torch."""
     seen, todo = set(), [module]

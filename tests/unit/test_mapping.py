@@ -11,7 +11,7 @@ from launcher.config import (  # noqa: E402
     CudaGraphConfig, CudaGraphImpl, Fp8Config, Fp8Format, Fp8Recipe, FsdpConfig, FsdpDtype,
     LayerSpec, ModelConfig, ParallelConfig, Precision, TrainConfig,
 )
-from launcher.run.fusions import Fusions  # noqa: E402
+from launcher.preflight.fusions import Fusions  # noqa: E402
 
 NO_FUSIONS = Fusions(spec=LayerSpec.local, masked_softmax=False, bias_activation=False,
                      bias_dropout=False, rope=False, gradient_accumulation=False,

@@ -8,13 +8,13 @@ import pytest
 
 from conftest import make_config
 from launcher.config import FsdpDtype, LayerSpec
-from launcher.run.estimate import (
+from launcher.estimate.memory import (
     activation_bytes, gradient_dtypes, memory_per_gpu, memory_spec,
 )
-from launcher.run.fit import fit
-from launcher.run.predict import GIB, cluster_of, grad_bytes, predict
-from launcher.run.prediction_text import short
-from launcher.run.preflight import with_vocab
+from launcher.estimate.fit import fit
+from launcher.estimate.predict import GIB, cluster_of, grad_bytes, predict
+from launcher.estimate.prediction_text import short
+from launcher.preflight.check import with_vocab
 
 LLAMA_8B = ["+recipe=llama3_8b", "cluster.gpu=h100_sxm", "runtime.nproc_per_node=8"]
 PARAMS = 8_030_261_248

@@ -5,11 +5,11 @@ builds. Through Hydra's real compose, as test_config."""
 import pytest
 
 from conftest import make_config as make
-from launcher.run.preflight import with_vocab
+from launcher.preflight.check import with_vocab
 from launcher.config import CudaGraphConfig, ConfigError, LayerSpec, check_world_size, resolve_world
-from launcher.run.estimate import num_parameters, padded_vocab
-from launcher.run.metrics import flops_per_step
-from launcher.run.support import check_support
+from launcher.estimate.memory import num_parameters, padded_vocab
+from launcher.estimate.flops import flops_per_step
+from launcher.preflight.support import check_support
 
 MOE = ["model=moe_tiny"]
 DENSE_LLAMA = ["model=llama_tiny"]
@@ -130,7 +130,7 @@ def test_moe_flops_count_topk_routed_and_the_shared_expert():
 
 
 def test_hsdp_and_experts_shard_the_estimate():
-    from launcher.run.estimate import memory_per_gpu
+    from launcher.estimate.memory import memory_per_gpu
 
     base = ["+recipe=deepseek_v3_proxy_tiny_cpu"]
     hsdp = memory_per_gpu(with_vocab(make(*base)), 4)["optim_grads_params"]
@@ -143,7 +143,7 @@ def test_hsdp_and_experts_shard_the_estimate():
 
 
 def test_recomputation_shows_the_activation_memory_it_saves():
-    from launcher.run.estimate import activation_bytes
+    from launcher.estimate.memory import activation_bytes
 
     def activations(*overrides):  # the local spec: its attention keeps the s x s scores
         return activation_bytes(with_vocab(make("+recipe=llama3_70b", *overrides)),

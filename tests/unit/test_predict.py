@@ -1,4 +1,4 @@
-"""The dry run's time model (launcher/run/predict.py) against values computed by hand for one
+"""The dry run's time model (launcher/estimate/predict.py) against values computed by hand for one
 small model, the hardware files, and the cluster keys' refusals."""
 
 import dataclasses
@@ -8,9 +8,9 @@ import pytest
 from launcher.cli import compose
 from launcher.config import ConfigError, Hardware, load_hardware
 from launcher.config.cluster import hardware_names
-from launcher.run.layout import parameter_groups
-from launcher.run.predict import predict, simulate, units_of
-from launcher.run.topology import Cluster
+from launcher.estimate.param_groups import parameter_groups
+from launcher.estimate.predict import predict, simulate, units_of
+from launcher.estimate.topology import Cluster
 
 # The gpt recipe on the tiny GPT (2 layers, hidden 64, 4 heads, sequence 32, vocabulary 128,
 # GELU MLP of 256, LayerNorm, learned positions, tied embeddings), bf16, 2 ranks, global batch 8
@@ -150,7 +150,7 @@ def test_the_cluster_keys_refuse_in_one_line(overrides, message):
 
 
 def test_the_cluster_takes_the_runtime_sections_world_where_it_names_none():
-    from launcher.run.predict import cluster_of
+    from launcher.estimate.predict import cluster_of
 
     cfg = compose(TINY + ["cluster.gpu=h100_sxm", "runtime.nproc_per_node=4"])
     assert (cluster_of(cfg).gpus_per_node, cluster_of(cfg).nodes) == (4, 1)
@@ -162,9 +162,9 @@ def test_the_cluster_takes_the_runtime_sections_world_where_it_names_none():
 @pytest.mark.parametrize("overrides", [TINY, ["+recipe=llama3_8b"], ["+recipe=moe_small"],
                                        ["+recipe=deepseek_v3_proxy"]])
 def test_the_layers_and_logits_add_up_to_megatron_lms_flops(overrides):
-    from launcher.run.estimate import padded_vocab
-    from launcher.run.metrics import flops_per_step
-    from launcher.run.predict import layer_flops, logits_flops
+    from launcher.estimate.memory import padded_vocab
+    from launcher.estimate.flops import flops_per_step
+    from launcher.estimate.predict import layer_flops, logits_flops
 
     cfg = compose(overrides)
     m, microbatches = cfg.model, cfg.train.global_batch_size // cfg.train.micro_batch_size
@@ -178,7 +178,7 @@ def test_the_first_group_of_llama3_is_the_embeddings_alone(dp, size):
     """Megatron-LM's get_model buckets the parameters outside the layers by max(4e7, 1e6 x dp)
     elements: Llama-3's 128,256 x 4,096 embeddings fill the first bucket alone, and the final
     norm and the untied output layer make the second."""
-    from launcher.run.layout import bucket_size
+    from launcher.estimate.param_groups import bucket_size
 
     cfg = compose(["+recipe=llama3_8b"])
     assert bucket_size(cfg, dp, 8_000_000_000) == size
@@ -192,7 +192,7 @@ def test_the_first_group_of_llama3_is_the_embeddings_alone(dp, size):
 def test_the_bucket_keys_split_the_first_group_as_megatron_lms_flags():
     """fsdp.bucket_size (--ddp-bucket-size) as given; fsdp.num_buckets (--ddp-num-buckets) the
     parameters divided; no bucket at all without overlapped gradient reduction."""
-    from launcher.run.layout import bucket_size
+    from launcher.estimate.param_groups import bucket_size
 
     small = compose(TINY + ["fsdp.bucket_size=9000"])
     assert [g.params for g in parameter_groups(small, 2)[:2]] == [128 * 64 + 32 * 64, 2 * 64]
@@ -213,7 +213,7 @@ def llama_units():
     """Llama 3 8B on one node of 8 H100s with megatron-core's default communication unit (the
     recipe sets 8e8 elements): the embeddings, the final norm with the output layer, then 32
     layers of 218,112,000 elements."""
-    from launcher.run.predict import cluster_of
+    from launcher.estimate.predict import cluster_of
 
     cfg = compose(["+recipe=llama3_8b", "cluster.gpu=h100_sxm", "runtime.nproc_per_node=8",
                    "fsdp.suggested_communication_unit_size=null"])
@@ -226,7 +226,7 @@ def llama_units():
     ("0.20.0rc1+1a2b3c4", 1),  # a build of Megatron-LM's main
 ])
 def test_megatron_cores_version_decides_the_prefetch_window(llama_units, version, layers):
-    from launcher.run.predict import prefetch_elements
+    from launcher.estimate.predict import prefetch_elements
 
     cfg, units = llama_units
     assert prefetch_elements(cfg, units, version) / units[2].params == pytest.approx(layers)
@@ -238,8 +238,8 @@ def test_the_installed_megatron_core_decides_and_0_19_2_bounds_the_unit_from_bel
     import tomllib
     from pathlib import Path
 
-    from launcher.run.communication_unit import caps_unit, megatron_core_version
-    from launcher.run.predict import prefetch_elements
+    from launcher.estimate.communication_unit import caps_unit, megatron_core_version
+    from launcher.estimate.predict import prefetch_elements
 
     pins = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert f"megatron-core=={megatron_core_version()}" in pins["project"]["dependencies"]
@@ -249,7 +249,7 @@ def test_the_installed_megatron_core_decides_and_0_19_2_bounds_the_unit_from_bel
 
 
 def test_a_set_communication_unit_is_used_as_it_is_by_every_version():
-    from launcher.run.predict import prefetch_elements
+    from launcher.estimate.predict import prefetch_elements
 
     cfg = compose(TINY + ["fsdp.suggested_communication_unit_size=100001"])
     units = units_of(cfg, Cluster(ROUND, 2, 1), "bf16")
@@ -260,7 +260,7 @@ def test_a_hook_prefetches_as_megatron_fsdps_all_gather_params():
     """The budget counts only the buckets a hook adds beyond its own, so it adds at least one;
     the double buffer holds two layers at most and prefetches nothing from a bucket outside
     them (param_and_grad_buffer.py all_gather_params, megatron-core 0.19.2)."""
-    from launcher.run.predict import Unit, window
+    from launcher.estimate.predict import Unit, window
 
     def unit(params, resident=False):
         return Unit("u", params, 0.0, 0.0, 0.0, 0.0, resident)

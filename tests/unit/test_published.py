@@ -32,7 +32,7 @@ def test_every_row_is_a_command_a_user_can_dry_run():
     world: as many GPUs as it names."""
     from launcher.cli import compose
     from launcher.config.effect import given_keys
-    from launcher.run.preflight import preflight
+    from launcher.preflight.check import preflight
 
     for row in published().ROWS:
         overrides = [*row.overrides, "runtime.dry_run=true"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from launcher.run import ranks
+from launcher.preflight import ranks
 from launcher.config import ClusterConfig, ConfigError, RuntimeConfig, resolve_world
 
 TORCH_VARS = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2",

@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 
 from launcher.config import ConfigError, CudaGraphConfig, LayerSpec, ModelConfig, ParallelConfig
-from launcher.run.support import check_support, layer_spec
+from launcher.preflight.support import check_support, layer_spec
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is not None,
                                 reason="Transformer Engine is installed here")

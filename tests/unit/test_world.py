@@ -7,8 +7,8 @@ from omegaconf import OmegaConf
 from launcher.cli import compose
 from launcher.config import ClusterConfig, ConfigError, RuntimeConfig, resolve_world
 from launcher.config.world import recipe_note
-from launcher.run import ranks
-from launcher.run.preflight import preflight
+from launcher.preflight import ranks
+from launcher.preflight.check import preflight
 
 SLURM = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
 TINY = ["+recipe=tiny_cpu", "logging.wandb.mode=disabled"]

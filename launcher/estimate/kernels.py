@@ -1,4 +1,4 @@
-"""A GPU layer's time by kernel class, for the dry run's time model (launcher/run/predict.py):
+"""A GPU layer's time by kernel class, for the dry run's time model (launcher/estimate/predict.py):
 each class at its own rate for the GPU kind and dtype, from the hardware file's figures, each a
 [low, high] band over public measurements (hardware/NAME.yaml's `sources` name them).
 
@@ -98,7 +98,7 @@ def layer_gemms(cfg: Config, moe: int, tokens: int) -> List[Gemm]:
 
 def attention_flops(cfg: Config, tokens: int) -> float:
     """Forward and backward FLOPs of the core attention, as Megatron-LM counts them (causal:
-    half the scores; launcher/run/metrics.py)."""
+    half the scores; launcher/estimate/flops.py)."""
     m = cfg.model
     heads = m.num_attention_heads // cfg.parallel.tensor_model_parallel_size
     return 3 * 2 * m.head_channels * heads * m.seq_length * tokens

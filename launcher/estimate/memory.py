@@ -46,8 +46,8 @@ from launcher.config import (
     PositionEmbedding, Precision, RecomputeGranularity, RecomputeMethod, RecomputeModule,
     ShardingStrategy,
 )
-from launcher.run.metrics import flops_per_step
-from launcher.run.support import for_gpu, layer_spec, target_kernels
+from launcher.estimate.flops import flops_per_step
+from launcher.preflight.support import for_gpu, layer_spec, target_kernels
 
 MIB = 2**20
 
@@ -95,7 +95,7 @@ def norm_parameters(model: ModelConfig) -> int:
 def outside_layers(model: ModelConfig, padded_vocab: int) -> int:
     """Word (and an untied output layer's) and position embeddings, and the final norm: the
     parameters outside the layers, which Megatron-FSDP buckets by the bucket size
-    (launcher/run/layout.py)."""
+    (launcher/estimate/param_groups.py)."""
     h = model.hidden_size
     embeddings = padded_vocab * h * (2 if model.untie_embeddings else 1)
     positions = (model.seq_length * h

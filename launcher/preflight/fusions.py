@@ -74,7 +74,7 @@ class Kernels:
 @dataclass(frozen=True)
 class Fusions:
     """The fusions a run uses, as TransformerConfig's fields, and why each one off is off; `spec`:
-    the layer spec they were resolved for (launcher.run.support.layer_spec), which the model is
+    the layer spec they were resolved for (launcher.preflight.support.layer_spec), which the model is
     built with."""
 
     spec: LayerSpec

@@ -16,7 +16,7 @@ from launcher.config import (
     Activation, Config, DataKind, Fp8Config, FsdpDtype, LayerSpec, Normalization, OuterSharding,
     PositionEmbedding, Precision,
 )
-from launcher.run.fusions import Fusions, Kernels, no_effect
+from launcher.preflight.fusions import Fusions, Kernels, no_effect
 
 # fusion key: the flag that turns it off in Megatron-LM (bias_activation: by activation)
 NO_FUSION = {"masked_softmax": "--no-masked-softmax-fusion",
@@ -263,18 +263,14 @@ def command(cfg: Config, fusions: Fusions, on_cpu: bool, kernels: Kernels,
     return "\n".join([f"# {note}" for note in notes(cfg, fusions, on_cpu, kernels)] + [text])
 
 
-def for_config(cfg: Config, world) -> str:
+def for_config(cfg: Config, world, gpu: bool) -> str:
     """`runtime.print_megatron_lm=true`: the run as Megatron-LM's command line in `world` (the
-    pre-flight's): a GPU cluster's (runtime.device=cuda, a GPU's cluster.gpu, or a GPU found
-    here; with the kernels cluster.kernels says it has), else this CPU's."""
-    from launcher.run import fusions
-    from launcher.run.support import for_gpu, layer_spec, target_kernels
+    pre-flight's): a GPU cluster's where `gpu` (launcher.run.device.targets_gpu: runtime.device=cuda,
+    a GPU's cluster.gpu, or a GPU found here; with the kernels cluster.kernels says it has), else
+    this CPU's."""
+    from launcher.preflight import fusions
+    from launcher.preflight.support import layer_spec, target_kernels
 
-    gpu = for_gpu(cfg)
-    if gpu is None:
-        import torch
-
-        gpu = torch.cuda.is_available()
     kernels = target_kernels(cfg, gpu)
     resolved = fusions.resolve(cfg.model, layer_spec(cfg.model, kernels), cfg.train.precision,
                                not gpu, kernels)

@@ -1,9 +1,9 @@
 """The dry run's time model: one step of a run on a named cluster (`cluster.gpu`, hardware/),
-before any rank starts. Arithmetic only, beside the memory estimate (launcher/run/estimate.py).
+before any rank starts. Arithmetic only, beside the memory estimate (launcher/estimate/memory.py).
 
 What it follows (megatron-core 0.19.2's Megatron-FSDP, megatron_fsdp.py and
 param_and_grad_buffer.py):
-- Buckets (launcher/run/layout.py): the parameters outside the transformer layers (embeddings,
+- Buckets (launcher/estimate/param_groups.py): the parameters outside the transformer layers (embeddings,
   the final norm, an untied output layer) in buckets of the size Megatron-LM's get_model gives
   (Llama-3 8B: the embeddings, then the final norm and output layer), the first of them the
   first parameter group; they stay gathered for the step. Each layer is one group (fsdp unit),
@@ -16,7 +16,7 @@ param_and_grad_buffer.py):
   most one layer ahead, and none from a bucket outside the layers); the first group stays
   gathered for the step. Its default is twice the mean
   layer bounded by 1e9 elements the way the installed megatron-core bounds it
-  (launcher/run/communication_unit.py): at least 1e9 in 0.19.2, at most 1e9 on Megatron-LM's
+  (launcher/estimate/communication_unit.py): at least 1e9 in 0.19.2, at most 1e9 on Megatron-LM's
   main since PR #7134 (unreleased). Each layer's gradients are reduce-scattered once its
   backward is done, every microbatch.
   optim and optim_grads gather once per step; optim reduces once, after the last microbatch.
@@ -27,15 +27,15 @@ param_and_grad_buffer.py):
   bandwidth over n ranks. On a GPU, NVLink's bandwidth x bus_fraction inside the NVLink domain
   (a DGX node's ranks, or an NVL72 rack); across domains the NICs of a domain's ranks together,
   one per GPU, x nic_fraction, never more than NVLink's. On a CPU, gloo's measured figures.
-- Compute: on a GPU, by kernel class (launcher/run/kernels.py: GEMMs by shape, attention by
+- Compute: on a GPU, by kernel class (launcher/estimate/kernels.py: GEMMs by shape, attention by
   sequence length, memory-bound kernels by bytes, kernel launches behind which the kernels run,
   gone under a full-iteration CUDA graph), every rate at `Cluster.end` of its band; on a CPU,
-  Megatron-LM's model FLOPs (launcher/run/metrics.py) at the measured matmul rate (with fp8, the
+  Megatron-LM's model FLOPs (launcher/estimate/flops.py) at the measured matmul rate (with fp8, the
   core attention at bf16's) plus the host's measured time per layer, ranks beyond its cores
   sharing them. A full recomputation repeats the forward of the recomputed layers; tensor
   parallelism splits a layer's compute over its ranks and adds its all-reduces (no sequence
   parallelism: each an all-gather's and a reduce-scatter's time). CPU offloading (model.cpu_offloading_num_layers) copies each
-  offloaded layer's activations (launcher/run/estimate.py) to the host in the forward and back
+  offloaded layer's activations (launcher/estimate/memory.py) to the host in the forward and back
   in the backward at the GPU's host link (`host_link_gbps`), each copy beside the next layer's
   compute: an offloaded layer takes the longer of its compute and its copy, each way.
 - The optimizer step streams the local shard's fp32 weights, gradients and both moments in
@@ -57,15 +57,15 @@ from launcher.config import (
 )
 from launcher.config.cluster import Hardware
 from launcher.config.world import World, resolve_world
-from launcher.run.communication_unit import communication_unit
-from launcher.run.estimate import (
+from launcher.estimate.communication_unit import communication_unit
+from launcher.estimate.memory import (
     gradient_dtypes, layer_activation_bytes, layer_parameters, memory_per_gpu, memory_spec,
     padded_vocab,
 )
-from launcher.run.kernels import Gemm, gemm_s, hbm_rate, host_link_rate, layer_s
-from launcher.run.layout import parameter_groups
-from launcher.run.metrics import flops_per_step
-from launcher.run.topology import Cluster
+from launcher.estimate.kernels import Gemm, gemm_s, hbm_rate, host_link_rate, layer_s
+from launcher.estimate.param_groups import parameter_groups
+from launcher.estimate.flops import flops_per_step
+from launcher.estimate.topology import Cluster
 
 GIB = 2**30
 
@@ -126,7 +126,7 @@ def grad_bytes(cfg: Config) -> int:
 
 def layer_flops(cfg: Config, moe: int) -> float:
     """Model FLOPs (forward and backward) of one layer for one microbatch, as Megatron-LM counts
-    them (launcher/run/metrics.py: flops_per_step is the layers' sum plus the logits)."""
+    them (launcher/estimate/flops.py: flops_per_step is the layers' sum plus the logits)."""
     m = cfg.model
     h, s = m.hidden_size, m.seq_length
     q, k = m.head_channels * m.num_attention_heads, m.head_channels * m.query_groups
@@ -144,7 +144,7 @@ def logits_flops(cfg: Config) -> float:
 
 def units_of(cfg: Config, cluster: Cluster, math: str) -> List[Unit]:
     """The step's units in Megatron-FSDP's bucket order: the buckets outside the layers
-    (launcher/run/layout.py; the last carries the logits' compute), then the layers; without
+    (launcher/estimate/param_groups.py; the last carries the logits' compute), then the layers; without
     fsdp units (strategies other than optim_grads_params) the whole model is one."""
     m, ep = cfg.model, cfg.parallel.expert_model_parallel_size
     tp = cfg.parallel.tensor_model_parallel_size  # each rank holds 1/tp of every weight
@@ -201,7 +201,7 @@ def logits_s(cfg: Config, cluster: Cluster, math: str) -> float:
 def layer_seconds(cfg: Config, cluster: Cluster, moe: int, math: str,
                   offloaded: bool = False) -> tuple:
     """(forward, backward) of one layer for one microbatch: its kernels (on a GPU, by class,
-    launcher/run/kernels.py; on a CPU, its FLOPs, the core attention with fp8 at bf16's rate, as
+    launcher/estimate/kernels.py; on a CPU, its FLOPs, the core attention with fp8 at bf16's rate, as
     FP8 recipes keep it), a full recomputation's second forward, an MoE layer's all-to-alls,
     an offloaded layer's copies to and from the host, and the host's time."""
     m, hw, ep = cfg.model, cluster.hardware, cfg.parallel.expert_model_parallel_size
@@ -277,7 +277,7 @@ def prefetch_elements(cfg: Config, units: List[Unit], version: Optional[str] = N
     """Elements one all-gather hook has on its way, its own bucket's included (Megatron-FSDP's
     suggested_AG_prefetch_size): half of fsdp.suggested_communication_unit_size, or where that
     is null, of the unit megatron-core `version` (None: the installed one) infers from the
-    mean layer (launcher/run/communication_unit.py)."""
+    mean layer (launcher/estimate/communication_unit.py)."""
     size = cfg.fsdp.suggested_communication_unit_size
     if size is None:
         layers = [u.params for u in units if not u.resident] or [0]
@@ -381,7 +381,7 @@ def predict(cfg: Config, cluster: Cluster) -> Prediction:
 
 def predict_band(cfg: Config, cluster: Cluster) -> Tuple[Prediction, Prediction]:
     """(slow, fast): the step with every rate at its band's low end, then at its high end
-    (launcher/run/kernels.py). A CPU's figures are measured, not banded: the prediction twice."""
+    (launcher/estimate/kernels.py). A CPU's figures are measured, not banded: the prediction twice."""
     if not cluster.kernel_classes:
         return predict(cfg, cluster), predict(cfg, cluster)
     return predict(cfg, replace(cluster, end=0.0)), predict(cfg, replace(cluster, end=1.0))

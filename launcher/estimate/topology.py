@@ -1,4 +1,4 @@
-"""The cluster a dry run predicts for, as the time model (launcher/run/predict.py) sees it: its
+"""The cluster a dry run predicts for, as the time model (launcher/estimate/predict.py) sees it: its
 hardware file, ranks per node and nodes, where in each rate's band it runs, and from those the
 NVLink domains, one collective's time over NVLink or across the NICs, and a CPU's ranks sharing
 its cores. Torch-free."""
@@ -6,7 +6,7 @@ its cores. Torch-free."""
 from dataclasses import dataclass
 
 from launcher.config.cluster import Hardware
-from launcher.run.kernels import at
+from launcher.estimate.kernels import at
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class Cluster:
     gpus_per_node: int
     nodes: int
     end: float = 0.5
-    """Where in each rate's band (launcher/run/kernels.py) the prediction runs: 0 every rate
+    """Where in each rate's band (launcher/estimate/kernels.py) the prediction runs: 0 every rate
     at its low end, 1 at its high end, 0.5 the middle."""
 
     @property

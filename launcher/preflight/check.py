@@ -14,11 +14,11 @@ from typing import Dict, Optional, Sequence, Tuple
 from launcher.config import Config, ConfigError, DataKind, Device, World, check_steady_state, \
     check_world_size, resolve_world
 from launcher.config.effect import check_effect, moot_notes
-from launcher.run import ranks, resume
-from launcher.run.environment import run_environment
-from launcher.run.outputs import check_folders, check_wandb_login
-from launcher.run.rendezvous import check_port_free
-from launcher.run.support import check_device, check_fp8_support, check_support
+from launcher.preflight import ranks, resume
+from launcher.preflight.environment import run_environment
+from launcher.preflight.destinations import check_folders, check_wandb_login
+from launcher.preflight.rendezvous import check_port_free
+from launcher.preflight.support import check_device, check_fp8_support, check_support
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Cleared:
     resume_from: Optional[str]
     """The checkpoint the run resumes from; None: step 1."""
     environment: Dict[str, str]
-    """What the ranks' environment needs set (launcher.run.environment)."""
+    """What the ranks' environment needs set (launcher.preflight.environment)."""
     world: World
     """The run's one world (launcher.config.world): what its dry run estimates and predicts
     for, what was checked here and what the spawner starts."""
@@ -102,7 +102,7 @@ def check_world(cfg: Config, planned: Optional[ranks.Layout]) -> World:
 
 def check_rendezvous(cfg: Config, world: World, planned: Optional[ranks.Layout]) -> None:
     """A one-node run that `launch` starts hosts its rendezvous store at runtime.rdzv_endpoint:
-    a port of this machine another program holds is refused here (launcher.run.rendezvous). On
+    a port of this machine another program holds is refused here (launcher.preflight.rendezvous). On
     several nodes the port may be another node's store, legitimately (two nodes on one machine):
     there runtime.rdzv_timeout_s bounds the wait instead. Under torchrun or Slurm the endpoint
     is not used."""

@@ -2,13 +2,13 @@
 time, a stage that needs a failed one is skipped with the reason, and the exit code is 0 only if
 every stage passed. Standard library only: it runs before anything is installed.
 
-    python3 bench/gpu_check.py [--wheels DIR] [--out DIR]   a GPU machine without network
-    python3 bench/gpu_check.py --venv .venv                  a GPU machine with the checkout's .venv
-    python3 bench/gpu_check.py --rehearse                    the wheels' steps on a CPU machine
-    python3 bench/gpu_check.py --venv .venv --cpu            an existing venv, nothing installed
+    python3 gpu/check.py [--wheels DIR] [--out DIR]   a GPU machine without network
+    python3 gpu/check.py --venv .venv                  a GPU machine with the checkout's .venv
+    python3 gpu/check.py --rehearse                    the wheels' steps on a CPU machine
+    python3 gpu/check.py --venv .venv --cpu            an existing venv, nothing installed
 
-Without network, the GPU machine's `python3` holds torch (and what bench/gpu_image_packages.txt
-lists). The wheels bench/gpu_wheels.py prepared (what that python lacks) are installed with
+Without network, the GPU machine's `python3` holds torch (and what gpu/image_packages.txt
+lists). The wheels gpu/wheels.py prepared (what that python lacks) are installed with
 `pip install --no-index --no-deps --target .gpu-site`, and every stage runs with
 PYTHONPATH=.gpu-site and .gpu-site/bin first on PATH: nothing of the machine's own is replaced.
 `--rehearse` builds that layout on a CPU machine: a venv holding torch and what the project takes
@@ -131,10 +131,10 @@ def install_stages(args, python: str) -> List[Stage]:
     stages = []
     if args.rehearse:
         venv_py = str(ROOT / ".venv" / "bin" / "python")
-        stages.append(Stage("wheels", [venv_py, "bench/gpu_wheels.py", "--dest", args.wheels],
+        stages.append(Stage("wheels", [venv_py, "gpu/wheels.py", "--dest", args.wheels],
                             300))
         image = (f"set -e; rm -rf {REHEARSAL_VENV}; {sys.executable} -m venv {REHEARSAL_VENV}; "
-                 f"{REHEARSAL_VENV}/bin/pip install -q $({venv_py} bench/gpu_wheels.py "
+                 f"{REHEARSAL_VENV}/bin/pip install -q $({venv_py} gpu/wheels.py "
                  "--image-pins)")
         stages.append(Stage("image", ["bash", "-c", image], 900, ["wheels"]))
     install = (f"rm -rf {SITE} && {python} -m pip install -q --no-index --no-deps --no-compile "

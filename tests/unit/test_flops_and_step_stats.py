@@ -1,21 +1,14 @@
-"""Unit tests for launcher.run.metrics. Expected values are worked out by hand in the comments."""
+"""Unit tests for launcher.estimate.flops and launcher.run.step_stats. Expected values are worked out by hand in the comments."""
 
 import math
 
 import pytest
 
 from launcher.config import Activation, ModelConfig
-from launcher.run import metrics
-from launcher.run.metrics import (
-    PEAK_FLOPS,
-    flops_per_step,
-    mfu,
-    peak_flops,
-    percentile,
-    step_time_stats,
-    tflops_per_gpu,
-    tokens_per_s_per_gpu,
-)
+from launcher.estimate.flops import PEAK_FLOPS, flops_per_step, mfu, peak_flops, tflops_per_gpu, \
+    tokens_per_s_per_gpu
+from launcher.run import step_stats
+from launcher.run.step_stats import percentile, step_time_stats
 
 # Tiny config: B=2, s=4, h=8, L=1, ffn=32, heads=2, groups=2, kv=4, V=16.
 TINY = dict(seq_length=4, hidden_size=8, num_layers=1, ffn_hidden_size=32, num_attention_heads=2,
@@ -317,10 +310,10 @@ def test_module_does_not_import_torch():
 
 def test_remaining_s_is_the_steps_left_at_the_mean_step_time_so_far():
     # mean of 1.0, 0.5, 0.6 s = 0.7 s; 10 steps left: 7 s
-    assert metrics.remaining_s([1.0, 0.5, 0.6], 10) == pytest.approx(7.0)
-    assert metrics.remaining_s([0.3], 0) == 0
+    assert step_stats.remaining_s([1.0, 0.5, 0.6], 10) == pytest.approx(7.0)
+    assert step_stats.remaining_s([0.3], 0) == 0
     with pytest.raises(ValueError, match="no steps"):
-        metrics.remaining_s([], 3)
+        step_stats.remaining_s([], 3)
 
 
 @pytest.mark.parametrize("n,ranks", [(6, (1, 6)), (10, (2, 9)), (18, (5, 14)), (20, (6, 15)),
@@ -329,8 +322,8 @@ def test_the_medians_interval_is_the_order_statistics_of_the_binomial_table(n, r
     """The distribution-free 95% interval of a median: the ranks of the binomial tables (e.g.
     Conover, Practical Nonparametric Statistics, table A3): x_(6) to x_(15) of 20 values."""
     values = [float(v) for v in range(n, 0, -1)]  # unsorted on purpose
-    assert metrics.median_interval(values) == tuple(float(r) for r in ranks)
+    assert step_stats.median_interval(values) == tuple(float(r) for r in ranks)
 
 
 def test_under_6_values_the_median_has_no_95_interval():
-    assert metrics.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    assert step_stats.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None

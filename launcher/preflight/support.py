@@ -17,7 +17,7 @@ from launcher.config import (
     ClusterKernels, Config, ConfigError, CudaGraphConfig, CudaGraphImpl, Device, Fp8Config,
     Fp8Recipe, FsdpConfig, LayerSpec, ModelConfig, ParallelConfig, ProfileKind,
 )
-from launcher.run.fusions import Kernels, resolve
+from launcher.preflight.fusions import Kernels, resolve
 
 
 def transformer_engine_installed() -> bool:

@@ -1,6 +1,6 @@
 """Whether a run's estimated memory fits its cluster's GPU, and if not, the cheapest single
 change that makes it fit: the dry run's verdict line and a sweep plan's mark. Arithmetic only,
-with the memory estimate (launcher/run/estimate.py) and the time model (launcher/run/predict.py).
+with the memory estimate (launcher/estimate/memory.py) and the time model (launcher/estimate/predict.py).
 
 The changes tried, each one override a user can paste: a more sharded fsdp.sharding_strategy,
 selective recomputation (core_attn, megatron's default module), a smaller
@@ -16,9 +16,9 @@ from typing import List, Optional, Tuple
 from launcher.config import (
     Config, ConfigError, RecomputeGranularity, RecomputeMethod, ShardingStrategy,
 )
-from launcher.run.estimate import memory_per_gpu
-from launcher.run.predict import GIB, predict
-from launcher.run.topology import Cluster
+from launcher.estimate.memory import memory_per_gpu
+from launcher.estimate.predict import GIB, predict
+from launcher.estimate.topology import Cluster
 
 SHARDING_ORDER = [ShardingStrategy.no_shard, ShardingStrategy.optim, ShardingStrategy.optim_grads,
                   ShardingStrategy.optim_grads_params]

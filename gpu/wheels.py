@@ -1,12 +1,12 @@
 """Prepares the wheels the GPU check carries to a GPU machine that has no network: the packages
 of this project's dependency tree that the machine's python3 lacks (what it holds is listed in
-bench/gpu_image_packages.txt), at .venv's exact versions, and this project's own wheel. A package
+gpu/image_packages.txt), at .venv's exact versions, and this project's own wheel. A package
 the machine holds is not carried, nor anything only it needs: the machine brings its own (torch,
 numpy, tensorboard, ... at its versions; installed with --no-deps, nothing replaces them).
 
-    .venv/bin/python bench/gpu_wheels.py [--dest .whl]    download, build, check the size
-    .venv/bin/python bench/gpu_wheels.py --list           what would be carried, and its size
-    .venv/bin/python bench/gpu_wheels.py --image-pins     what the tree takes from the image, at
+    .venv/bin/python gpu/wheels.py [--dest .whl]    download, build, check the size
+    .venv/bin/python gpu/wheels.py --list           what would be carried, and its size
+    .venv/bin/python gpu/wheels.py --image-pins     what the tree takes from the image, at
                                                           .venv's versions (the rehearsal's image)
 
 The folder is kept under LIMIT_BYTES (48 MiB: the checkout and its wheels travel as one small
@@ -41,7 +41,7 @@ def normalize(name: str) -> str:
 
 
 def image_packages() -> Set[str]:
-    lines = (ROOT / "bench" / "gpu_image_packages.txt").read_text().splitlines()
+    lines = (ROOT / "gpu" / "image_packages.txt").read_text().splitlines()
     return {normalize(l) for l in lines if l.strip() and not l.startswith("#")}
 
 
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
         shutil.rmtree(args.dest, ignore_errors=True)
         shutil.move(tmp, args.dest)
     print(f"{len(found)} wheels, {size / 2**20:.1f} MiB in {args.dest}: carry it to the GPU "
-          "machine with the checkout (bench/gpu_check.sh installs them)")
+          "machine with the checkout (gpu/check.sh installs them)")
     return 0
 
 

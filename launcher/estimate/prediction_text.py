@@ -1,12 +1,12 @@
 """The dry run's prediction as text: the `[predict]` lines of `runtime.dry_run=true` with
-`cluster.gpu` set, and a sweep plan's predicted column (the model: launcher/run/predict.py)."""
+`cluster.gpu` set, and a sweep plan's predicted column (the model: launcher/estimate/predict.py)."""
 
 from dataclasses import replace
 from typing import List, Optional, Tuple
 
 from launcher.config import Config, World
-from launcher.run.fit import fit
-from launcher.run.predict import Prediction, Unit, cluster_of, predict, predict_band
+from launcher.estimate.fit import fit
+from launcher.estimate.predict import Prediction, Unit, cluster_of, predict, predict_band
 
 
 def short(cfg: Config, world: Optional[World] = None) -> Tuple[str, Tuple[float, ...]]:
