@@ -3,7 +3,8 @@
 Owns the typed schema (one dataclass per config group: `model.py` for what is built, model,
 parallel, fsdp and cuda_graph, `layers.py`, its moe and recompute, and `fusions.py`, its fused
 kernels; `sections.py` for how it runs, train, data, logging, runtime and sweep; `profile.py`, the
-profiling window; `world.py`, the one world (ranks per node, nodes) derived from every place that
+profiling window; `fp8.py`, the FP8 training settings; `cluster.py`, the cluster a dry run predicts
+for and its hardware files; `world.py`, the one world (ranks per node, nodes) derived from every place that
 states it; `schema.py`: the root `Config`, the rules across sections and those that need the
 world size; `error.py`: ConfigError; `values.py`: what any value may be beyond its type, a
 bool only true or false, an int within its limit, a float finite), the enums of its vocabulary

@@ -49,3 +49,43 @@ def test_every_link_points_at_a_file_and_anchor_that_exist():
             elif anchor and file.suffix == ".md" and anchor not in anchors(file):
                 broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+# a path of this repository in a page's code span: `launcher/run/trainer.py`, `run/build.py`,
+# `bench/overhead.py` (a stage's folder may be left out: `run/x.py` is launcher/run/x.py)
+PATH = re.compile(r"`((?:[\w.]+/)+[\w.]+\.(?:py|sh|txt|yaml))\b")
+STAGES = ("config", "data", "preflight", "estimate", "run", "sweep")
+OURS = ("launcher", "bench", "gpu", "tests", "conf", "recipes", "hardware", "hydra_plugins", "docs",
+        *STAGES)  # a path of megatron's, torch's or a sweep's folder is not ours
+
+
+def missing_paths(text: str) -> list:
+    found = []
+    for path in PATH.findall(text):
+        if path.split("/")[0] not in OURS or "NAME" in path:
+            continue
+        candidates = [ROOT / path]
+        if path.split("/")[0] in STAGES:
+            candidates.append(ROOT / "launcher" / path)
+        if not any(c.exists() for c in candidates):
+            found.append(path)
+    return found
+
+
+def test_every_file_a_page_names_exists():
+    """A page that names a file of this repository names one that is there (a moved file's old
+    path left in a page is caught here)."""
+    stale = [f"{page.relative_to(ROOT)}: {path}" for page in PAGES
+             for path in missing_paths(page.read_text())]
+    assert not stale, "\n".join(stale)
+
+
+def test_each_stage_names_its_own_files():
+    """A stage's docstring (launcher/STAGE/__init__.py) names every module of its folder, and
+    only those."""
+    for stage in STAGES:
+        folder = ROOT / "launcher" / stage
+        named = set(re.findall(r"`(\w+\.py)`", (folder / "__init__.py").read_text()))
+        modules = {p.name for p in folder.glob("*.py") if p.name != "__init__.py"}
+        assert named == modules, f"launcher/{stage}/__init__.py: names {sorted(named - modules)}" \
+            f" that are not there, leaves out {sorted(modules - named)}"

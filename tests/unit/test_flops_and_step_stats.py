@@ -304,10 +304,6 @@ def test_step_time_stats_empty_raises():
         step_time_stats([])
 
 
-def test_module_does_not_import_torch():
-    assert "torch" not in vars(metrics)
-
-
 def test_remaining_s_is_the_steps_left_at_the_mean_step_time_so_far():
     # mean of 1.0, 0.5, 0.6 s = 0.7 s; 10 steps left: 7 s
     assert step_stats.remaining_s([1.0, 0.5, 0.6], 10) == pytest.approx(7.0)
