@@ -35,7 +35,8 @@ class Trainer:
     def __init__(self, cfg: Config, run_dir: str, layout: Layout, on_cpu: bool,
                  resume_from: Optional[str] = None):
         self.cfg, self.layout = cfg, layout
-        profile.record_memory(cfg, layout.rank, run_dir)  # its history: before the build
+        # the CUDA allocator's history, recorded from before the build
+        profile.record_memory(cfg, layout.rank, run_dir)
         build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
                             cfg.train.seed, cfg.runtime.timeout_s,
                             graph_safe_rng=cfg.cuda_graph.enabled)
