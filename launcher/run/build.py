@@ -1,12 +1,17 @@
 """Builds megatron-core objects from config sections: the mapping, the model, the optimizer, and
-`build_all`, the three of them for a run.
+`build_all`, the three of them for a run; and the rest of a rank's setup: the hosts and
+environments gathered from every rank (`gather_hosts`), rank 0's start line (`start_line`), the
+step's shape (`Batch`) and the rank's microbatches (`build_microbatches`).
 
 The mapping functions (`transformer_config`, `ddp_config`, `optimizer_config`) are plain functions
 from our typed sections to megatron-core's own config objects. Import this module only after
 `cpu_compat.activate()` on a CPU: it imports megatron.
 """
 
+import os
 import random
+import socket
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,6 +34,7 @@ from launcher.config import (
     Activation, Config, CudaGraphConfig, Fp8Config, FsdpConfig, LayerSpec, ModelConfig, MoeConfig,
     ParallelConfig, Precision, RecomputeConfig, TrainConfig,
 )
+from launcher.preflight.environment import RECORDED
 from launcher.preflight.fusions import Fusions
 from launcher.preflight.support import layer_spec
 
@@ -326,16 +332,16 @@ def build_optimizer(wrapped, train: TrainConfig, fsdp: FsdpConfig):
     return optimizer, scheduler
 
 
-def build_all(cfg: Config, on_cpu: bool):
-    """The M-FSDP-wrapped GPT, its DistributedOptimizer and LR scheduler. With CUDA graphs on,
-    the config keeps cuda_graph_impl on a CPU too (the model builds the same); only capture is
-    out of a CPU's reach (launcher.run.graphs)."""
+def build_all(cfg: Config, fusions: Fusions, on_cpu: bool):
+    """The M-FSDP-wrapped GPT, its DistributedOptimizer and LR scheduler, with the fused kernels
+    `fusions` (run_fusions). With CUDA graphs on, the config keeps cuda_graph_impl on a CPU too
+    (the model builds the same); only capture is out of a CPU's reach (launcher.run.graphs)."""
     from launcher.run import graphs
 
     if not on_cpu:  # where megatron.training's pretrain warms its fusions up: before the build
-        warm_up_fusions(megatron_lm_flags(cfg, on_cpu))
-    tconfig = transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train,
-                                 run_fusions(cfg, on_cpu), on_cpu)
+        warm_up_fusions(megatron_lm_flags(cfg, fusions, on_cpu))
+    tconfig = transformer_config(cfg.model, cfg.parallel, cfg.cuda_graph, cfg.train, fusions,
+                                 on_cpu)
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
     ddp = ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train, on_cpu)
     model = build_model(cfg.model, cfg.parallel, tconfig, ddp, device,
@@ -345,15 +351,16 @@ def build_all(cfg: Config, on_cpu: bool):
     return model, optimizer, scheduler
 
 
-def megatron_lm_flags(cfg: Config, on_cpu: bool) -> list:
-    """This run as Megatron-LM's flags (launcher.preflight.megatron_lm)."""
+def megatron_lm_flags(cfg: Config, fusions: Fusions, on_cpu: bool) -> list:
+    """This run as Megatron-LM's flags (launcher.preflight.megatron_lm), with its fusions."""
     from launcher.preflight import megatron_lm
 
-    return megatron_lm.flags(cfg, run_fusions(cfg, on_cpu), layer_spec(cfg.model), on_cpu)
+    return megatron_lm.flags(cfg, fusions, layer_spec(cfg.model), on_cpu)
 
 
 def run_fusions(cfg: Config, on_cpu: bool) -> Fusions:
-    """The fused kernels this run uses (launcher.preflight.fusions)."""
+    """The fused kernels this run uses (launcher.preflight.fusions), resolved once a rank: the
+    Trainer holds them for the start line and the build."""
     from launcher.preflight import fusions
 
     return fusions.resolve(cfg.model, layer_spec(cfg.model), cfg.train.precision, on_cpu,
@@ -367,3 +374,83 @@ def local_shard_numel(model) -> int:
         if group.model_weight_buffer is not None:
             total += group.model_weight_buffer.data.numel()
     return total
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """Where the job's ranks run, gathered from every rank."""
+
+    devices_by_host: dict
+    """{host: [device of each of its ranks]}: the job's host list."""
+    env: list
+    """The variables of launcher.preflight.environment each rank saw, in rank order."""
+
+
+def gather_hosts(on_cpu: bool) -> Hosts:
+    """Collective: every rank's host, device and environment."""
+    mine = (socket.gethostname(), "cpu" if on_cpu else torch.cuda.get_device_name(),
+            {name: os.environ.get(name) for name in RECORDED})
+    everyone = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(everyone, mine)
+    devices = {}
+    for host, device, _ in everyone:
+        devices.setdefault(host, []).append(device)
+    return Hosts(devices, [env for _, _, env in everyone])
+
+
+def start_line(cfg: Config, hosts: Hosts, world_size: int, run_dir: str, fusions: Fusions,
+               on_cpu: bool) -> str:
+    """Rank 0's start line, its first: the devices, the wrapper, the switch, the graphs, the
+    run's folder, and the fusions Megatron-LM would use that this run goes without."""
+    devices = hosts.devices_by_host
+    on_hosts = f" on {len(devices)} hosts" if len(devices) > 1 else ""
+    off = fusions.start_line()
+    return (f"[launch] {devices[socket.gethostname()][0]} x{world_size}{on_hosts}, "
+            f"{FullyShardedDataParallel.__name__} ({cfg.fsdp.sharding_strategy.value}), "
+            f"prefetch_first_param_group={cfg.fsdp.prefetch_first_param_group}, "
+            f"cuda_graph.impl={cfg.cuda_graph.impl.value}"
+            + (" through FullCudaGraphWrapper, not captured: a CPU runs it eagerly"
+               if cfg.cuda_graph.enabled and on_cpu else "")
+            + f"; outputs in {run_dir}"
+            + (f"; {off}" if off else ""))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The shape of one step, as megatron's schedule takes it."""
+
+    num_microbatches: int
+    seq_length: int
+    micro_batch_size: int
+
+    @classmethod
+    def of(cls, cfg: Config) -> "Batch":
+        """After megatron's groups exist: the data-parallel size divides the global batch."""
+        train, dp_size = cfg.train, parallel_state.get_data_parallel_world_size()
+        return cls(train.global_batch_size // (train.micro_batch_size * dp_size),
+                   cfg.model.seq_length, train.micro_batch_size)
+
+    def schedule(self) -> dict:
+        """The schedule's keyword arguments for this shape."""
+        return {"num_microbatches": self.num_microbatches, "seq_length": self.seq_length,
+                "micro_batch_size": self.micro_batch_size}
+
+
+def build_microbatches(cfg: Config, run_dir: str, first_step: int, device: torch.device) -> tuple:
+    """This rank's training microbatches (from `first_step` on) and validation microbatches."""
+    from launcher.data.datasets import build_datasets, microbatches
+
+    train, eval_ = cfg.train, cfg.train.eval_interval
+    evaluations = train.steps // eval_ + 1 if eval_ else 0
+    datasets = build_datasets(
+        cfg.data, cfg.model.seq_length, cfg.model.vocab_size, train.seed,
+        (train.steps * train.global_batch_size,
+         max(evaluations * train.eval_iters * train.global_batch_size, 1)),
+        cfg.data.cache_dir or os.path.join(run_dir, "data_cache"))
+    share = (train.micro_batch_size, train.global_batch_size,
+             parallel_state.get_data_parallel_rank(),
+             parallel_state.get_data_parallel_world_size())
+    training = microbatches(datasets[0], *share, cfg.data.fixed_batch, device, first_step)
+    # validation batch k of the run is the same whichever step the run resumed at
+    done = (first_step - 1) // eval_ * train.eval_iters + 1 if eval_ else 1
+    return training, microbatches(datasets[1], *share, False, device, done)

@@ -7,17 +7,52 @@ then the model, optimizer and scheduler load_state_dict): every rank writes its 
 `<dir>/.incomplete-step_NNNNNNN`, and rank 0 renames it to `step_NNNNNNN` only after every rank has
 finished and `launcher.json` (the step, the model section, the world) is written atomically.
 
-The checks that need no torch (which checkpoint to resume, is it complete and of this model,
-can the folder be written) are launcher.preflight.resume's, run in the `launch` process.
+`Checkpoints` is a run's side of it: the folder it saves into, what it saved there and what it
+resumed from. The checks that need no torch (which checkpoint to resume, is it complete and of
+this model, can the folder be written) are launcher.preflight.resume's, run in the `launch`
+process.
 """
 
 import os
 import shutil
 
-from launcher.config import ModelConfig
-from launcher.preflight.resume import MARKER, step_dir, vars_of
+from typing import List, Optional
+
+from launcher.config import CheckpointConfig, ModelConfig
+from launcher.preflight.resume import MARKER, checkpoint_dir, step_dir, vars_of
 
 FORMAT = "fsdp_dtensor"
+
+
+class Checkpoints:
+    """A run's checkpoints of its model, optimizer and scheduler: the `folder` it saves into
+    (train.checkpoint.dir, else the run's `checkpoints`), the checkpoints it `saved` there, and
+    the one it `resumed_from`. Rank 0 says each on the console."""
+
+    def __init__(self, ckpt: CheckpointConfig, run_dir: str, rank: int, model, optimizer,
+                 scheduler):
+        self.folder, self.rank = checkpoint_dir(ckpt, run_dir), rank
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.saved: List[str] = []
+        self.resumed_from: Optional[str] = None
+
+    def save(self, step: int, model_cfg: ModelConfig) -> None:
+        """Collective: every rank calls it."""
+        os.makedirs(self.folder, exist_ok=True)
+        path = save(self.folder, step, self.model, self.optimizer, self.scheduler, model_cfg)
+        self.saved.append(path)
+        if self.rank == 0:
+            print(f"[launch] checkpoint: {path}", flush=True)
+
+    def resume(self, path: Optional[str]) -> int:
+        """Collective. The step `path` holds, restored (0 without a checkpoint to resume)."""
+        self.resumed_from = path
+        if not path:
+            return 0
+        step = load(path, self.model, self.optimizer, self.scheduler)
+        if self.rank == 0:
+            print(f"[launch] resumed from {path}: continuing at step {step + 1}", flush=True)
+        return step
 
 
 def save(folder: str, step: int, model, optimizer, scheduler, model_cfg: ModelConfig) -> str:

@@ -27,7 +27,7 @@ class ExpertProbe(StepHook):
     record (a collective) is the step's load-balancing loss and tokens per expert, and empties the
     counts."""
 
-    metrics = (
+    declared = (
         Metric("moe_aux_loss", "train/moe_aux_loss", "", "megatron's load-balancing loss, "
                "averaged over MoE layers and microbatches (1 when balanced); null when off"),
         Metric("tokens_per_expert", None, "tokens", "tokens routed to each expert, over every MoE "

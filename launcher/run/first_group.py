@@ -136,7 +136,7 @@ class FirstGroupProbe(StepHook):
     training step's first-group all-gather (a Sample per step that issued and waited for it): a
     step hook (launcher.run.hooks), whose record is the step's sample."""
 
-    metrics = (
+    declared = (
         Metric("first_group_allgather_s", "perf/first_group_allgather_s", "s",
                "the first group's all-gather, from its issue to its completion; steps that "
                "issued and waited for it"),

@@ -22,7 +22,6 @@ GPU runs (NCCL) are left alone.
 
 import os
 
-import torch
 import torch.distributed.distributed_c10d as c10d
 from torch.distributed import ProcessGroupGloo
 
@@ -55,9 +54,3 @@ def use_one_worker_per_group() -> None:
     worker thread. Call before init_process_group. The class itself is kept (torch checks
     backends with isinstance); only its constructor's default options change."""
     ProcessGroupGloo.__init__ = _init_with_one_worker
-
-
-def worker_threads(group=None) -> int:
-    """The worker threads of a gloo group's CPU backend (the default group if None)."""
-    group = group or c10d._get_default_group()
-    return group._get_backend(torch.device("cpu")).options._threads

@@ -1,7 +1,7 @@
 """What watches a training step: the step hooks, in one object and in one order.
 
 A hook is one class, a `StepHook`: `begin(step, span)` before the step's work, `end(step)` after
-its sync point, `record(step)` its values of the per-step metrics it declares in `metrics`
+its sync point, `record(step)` its values of the per-step metrics it declares in `declared`
 (launcher.run.outputs.Metric: metrics.jsonl, the dashboards and the console read them there), and
 `ranges(step)` where it gives the step's named ranges. Each method does nothing unless the hook
 overrides it. The run's hooks, built by launcher.run.trainer: the peak-memory restart below, the
@@ -22,7 +22,7 @@ NO_SPAN: Callable = lambda name: contextlib.nullcontext()  # noqa: E731  (no nam
 class StepHook:
     """Watches the training steps; every method is a no-op here."""
 
-    metrics: Tuple[Metric, ...] = ()
+    declared: Tuple[Metric, ...] = ()
     """The per-step metrics `record` returns values of, by key."""
 
     def ranges(self, step: int) -> Optional[Callable]:
@@ -36,7 +36,7 @@ class StepHook:
         """After the step's sync point: what the step did on the device has completed."""
 
     def record(self, step: int) -> dict:
-        """The step's values of `metrics`, by key (a key left out: no value this step)."""
+        """The step's values of `declared`, by key (a key left out: no value this step)."""
         return {}
 
 
@@ -58,8 +58,9 @@ class StepHooks:
         self.hooks: List[StepHook] = [hook for hook in hooks if hook is not None]
 
     @property
-    def metrics(self) -> Tuple[Metric, ...]:
-        return tuple(metric for hook in self.hooks for metric in hook.metrics)
+    def declared(self) -> Tuple[Metric, ...]:
+        """Every hook's declared per-step metrics, in list order."""
+        return tuple(metric for hook in self.hooks for metric in hook.declared)
 
     def begin(self, step: int) -> Callable:
         """Every hook told the step begins; returns the step's named ranges."""

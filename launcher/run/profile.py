@@ -111,6 +111,21 @@ class Window(StepHook):
             torch.cuda.memory._record_memory_history(enabled=None)  # no cost after the window
 
 
+class ReadsInRanges:
+    """A profiled step's data iterator: each microbatch read (by megatron's schedule, or by the
+    graph wrapper into its static buffers) is a `data` range."""
+
+    def __init__(self, iterator, span: Callable):
+        self.iterator, self.span = iterator, span
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        with self.span("data"):
+            return next(self.iterator)
+
+
 def quiet_kineto_without_cuda() -> None:
     """Where no CUDA device is usable, kineto (torch.profiler's library, built with CUDA) still
     asks the driver for the device count when it writes a trace's device properties, and logs

@@ -11,8 +11,8 @@
   and non-finite steps so far; all ranks;
 - `Recorder`: each step into the log, and on rank 0 through the declarations into metrics.jsonl,
   the loggers and the console (launcher.run.outputs), opened together and closed together with the
-  run's status, whether it ended or failed; and, after the run, the measured part of its summary
-  (`RunMetrics`) from the log.
+  run's status, whether it ended or failed; and, after the run, rank 0's `RunSummary` (`finish`):
+  its measured part (`RunMetrics`) from the log, with what the Trainer built and kept.
 """
 
 import dataclasses
@@ -20,16 +20,19 @@ import math
 import os
 import resource
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from typing import List, Optional, Sequence
 
 import torch
 
 from launcher.config import Config, ModelConfig, TrainConfig, as_dict
 from launcher.estimate import flops
-from launcher.run import console, step_stats
+from launcher.run import build, console, graphs, profile, step_stats
+from launcher.run.checkpoint import Checkpoints
+from launcher.run.first_group import FirstGroupProbe, summarise
 from launcher.run.outputs import Metric, MetricsFile, StepOutputs, open_loggers
 from launcher.preflight.ranks import Layout
-from launcher.summary import RunMetrics
+from launcher.summary import RunMetrics, RunSummary
 
 STEP = (
     Metric("step_time_s", "perf/step_time_s", "s", "the step's wall time, its sync point "
@@ -156,20 +159,21 @@ class Recorder:
     logging.interval-th step, through the declared metrics (STEP, the hooks' `declared`,
     VALIDATION) into metrics.jsonl, the loggers and the console."""
 
-    def __init__(self, cfg: Config, run_dir: str, me: Layout, on_cpu: bool, first_step: int,
+    def __init__(self, cfg: Config, run_dir: str, layout: Layout, on_cpu: bool, first_step: int,
                  declared: Sequence[Metric]):
-        self.cfg, self.on_cpu = cfg, on_cpu
+        self.cfg, self.run_dir, self.layout, self.on_cpu = cfg, run_dir, layout, on_cpu
         self.config = as_dict(cfg)  # what the summary and the dashboards record
         self.device_name = None if on_cpu else torch.cuda.get_device_name()
         self.device_memory_bytes = None if on_cpu else \
             torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         self.rates = Rates.of(
             cfg.model, cfg.train,
-            cfg.model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size), me.world_size,
+            cfg.model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size), layout.world_size,
             self.device_name)
         self.log = StepLog(first_step)
+        self.summary: Optional[RunSummary] = None  # rank 0's, once the run has trained to its end
         self.outputs = None  # every rank but 0 writes nothing
-        if me.rank == 0:
+        if layout.rank == 0:
             self.outputs = StepOutputs(
                 MetricsFile(os.path.join(run_dir, "metrics.jsonl"), first_step),
                 open_loggers(cfg.logging, run_dir, self.config), (*STEP, *declared, *VALIDATION),
@@ -203,11 +207,47 @@ class Recorder:
         if self.outputs is not None:
             self.outputs.write(step, {"valid_loss": loss})
 
-    def close(self, status: str, result: Optional[RunMetrics]) -> None:
-        """Rank 0's outputs end, with the run's metrics as results where it got that far."""
+    def finish(self, model, hosts: build.Hosts, probe: FirstGroupProbe,
+               window: Optional[profile.Window], checkpoints: Checkpoints) -> Optional[RunSummary]:
+        """Rank 0's summary of a run that trained to its end (other ranks: None), kept for
+        `close`. What the Trainer built and holds: the model, the ranks' hosts, the first-group
+        probe, the profiling window and the checkpoints."""
+        if self.layout.rank != 0:
+            return None
+        cfg, log, on_cpu = self.cfg, self.log, self.on_cpu
+        steady, steps_run = self.steady(), [s["step"] for s in log.steps]
+        steady_steps, captured = [s["step"] for s in steady], graphs.captured()
+        waits = {step: sample.wait_s for step, sample in probe.samples.items()}
+        self.summary = RunSummary(
+            metrics=self.measured(steady, {**summarise(probe, steady_steps, captured),
+                                           "cuda_graph_captured": captured}),
+            config=self.config, backend="gloo" if on_cpu else "nccl",
+            world_size=self.layout.world_size, device=self.device_name or "cpu",
+            # callbacks torch holds for a CUDA initialisation a CPU run never makes: constant, or
+            # memory grows with steps (launcher.run.cpu_compat runs megatron's RNG calls at once)
+            torch_cuda_queued_calls=len(torch.cuda._queued_calls) if on_cpu else None,
+            # megatron.core.__version__ appends the git hash of the *current directory's* repo
+            megatron_core_version=version("megatron-core"), torch_version=torch.__version__,
+            steps_run=steps_run, losses=[s["loss"] for s in log.steps],
+            steady_state_steps=steady_steps,
+            steady_state_step_times_s=[s["step_time_s"] for s in steady],  # a sweep's samples
+            tokens_per_step=self.rates.tokens_per_step, flops_per_step=self.rates.flops_per_step,
+            peak_flops=self.rates.peak_flops, device_memory_bytes=self.device_memory_bytes,
+            rank0_weight_shard_numel=build.local_shard_numel(model),
+            hosts=list(hosts.devices_by_host), devices_by_host=hosts.devices_by_host,
+            env=hosts.env, slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+            wrapper=type(model).__name__, cuda_graph_wrapper=graphs.wrapper_name(cfg.cuda_graph),
+            num_parameters=sum(p.numel() for p in model.parameters()),
+            resumed_from=checkpoints.resumed_from, checkpoints=checkpoints.saved,
+            profile=profile.result(cfg, self.run_dir, steps_run, window, waits))
+        return self.summary
+
+    def close(self, status: str) -> None:
+        """Rank 0's outputs end, with the run's metrics as results where it got that far (its
+        summary: `finish`)."""
         if self.outputs is not None:
-            self.outputs.close(status, dataclasses.asdict(result) if result else {},
-                               self.log.last_step())
+            self.outputs.close(status, dataclasses.asdict(self.summary.metrics)
+                               if self.summary else {}, self.log.last_step())
 
     def steady(self) -> List[dict]:
         """The steady-state steps: after the warmup (a resumed run warms up again) and outside a
@@ -219,7 +259,7 @@ class Recorder:
     def window(self) -> tuple:
         return self.cfg.profile_window if self.cfg.profile.enabled else (0, -1)
 
-    def metrics(self, steady: List[dict], first_group: dict) -> RunMetrics:
+    def measured(self, steady: List[dict], first_group: dict) -> RunMetrics:
         """Rank 0's measured result over the `steady` steps; `first_group`: the probe's fields
         (launcher.run.first_group.summarise)."""
         times = [s["step_time_s"] for s in steady]

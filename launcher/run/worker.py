@@ -19,15 +19,15 @@ def run_rank(cfg: Config, run_dir: str, device_type: str,
     """The function every rank runs; returns rank 0's summary (other ranks: None). `resume_from`:
     a checkpoint the launch process found and checked (launcher.preflight.resume.find_resume)."""
     notices.install()
-    me = ranks.layout()
-    crash_log = crashes.keep_stacks(run_dir, me.rank)  # a fatal signal leaves every stack there
+    layout = ranks.layout()
+    crash_log = crashes.keep_stacks(run_dir, layout.rank)  # a fatal signal leaves every stack there
     try:
-        return _run_rank(cfg, run_dir, device_type, resume_from, me)
+        return _run_rank(cfg, run_dir, device_type, resume_from, layout)
     finally:
         crashes.disarm(crash_log)
 
 
-def _run_rank(cfg, run_dir, device_type, resume_from, me) -> Optional[RunSummary]:
+def _run_rank(cfg, run_dir, device_type, resume_from, layout) -> Optional[RunSummary]:
     on_cpu = device_type == "cpu"
     if on_cpu:
         # runtime.device=cpu on a GPU machine: this rank sees no GPU (CUDA reads the variable at
@@ -37,13 +37,13 @@ def _run_rank(cfg, run_dir, device_type, resume_from, me) -> Optional[RunSummary
         cpu_compat.activate()  # before megatron is imported
         gloo.use_one_worker_per_group()  # torch's gloo races with two (launcher/run/gloo.py)
     if not on_cpu:
-        torch.cuda.set_device(me.local_rank)
+        torch.cuda.set_device(layout.local_rank)
     torch.distributed.init_process_group("gloo" if on_cpu else "nccl",
                                          timeout=timedelta(seconds=cfg.runtime.timeout_s))
     try:
         from launcher.run.trainer import Trainer  # imports megatron: after the CPU layer
 
-        summary = Trainer(cfg, run_dir, me, on_cpu, resume_from).train()
+        summary = Trainer(cfg, run_dir, layout, on_cpu, resume_from).train()
         # No rank tears its connections down while another is still in a collective (gloo
         # aborts the late rank with SIGABRT when its peer's sockets close under it).
         torch.distributed.barrier()

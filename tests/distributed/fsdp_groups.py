@@ -31,7 +31,7 @@ def main() -> None:
     cfg = compose(sys.argv[2:])
     build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
                         cfg.train.seed, 600, graph_safe_rng=False)
-    model, _, _ = build.build_all(cfg, on_cpu=True)
+    model, _, _ = build.build_all(cfg, build.run_fusions(cfg, on_cpu=True), on_cpu=True)
     comm = model.mp_policy.grad_comm_dtype
     groups = [{"params": sum(p.numel() for p in group.params), "experts": group.is_expert_param,
                "main_grads": NAMES[group.main_grad_buffer.data.dtype],

@@ -23,7 +23,7 @@ def every_metric() -> list:
     first), the validation's."""
     ordered = [first_group.FirstGroupProbe, experts.ExpertProbe]
     hooks = ordered + [h for h in StepHook.__subclasses__() if h not in ordered]
-    return [*record.STEP, *[m for hook in hooks for m in hook.metrics], *record.VALIDATION]
+    return [*record.STEP, *[m for hook in hooks for m in hook.declared], *record.VALIDATION]
 
 
 def test_every_metric_has_one_key_and_one_dashboard_name():
@@ -64,15 +64,15 @@ GPU_STEP = {"step_time_s": 0.4123, "tokens_per_s_per_gpu": 39738.4, "tflops_per_
 
 def test_a_steps_values_reach_every_output_under_their_declared_names(tmp_path, capsys):
     class Probe(StepHook):  # a new hook is one class: its metric reaches every output
-        metrics = (Metric("probe_s", "perf/probe_s", "s", "a test's probe",
-                                 lambda v: f"probe {v:.1f} s"),)
+        declared = (Metric("probe_s", "perf/probe_s", "s", "a test's probe",
+                                  lambda v: f"probe {v:.1f} s"),)
 
         def record(self, step):
             return {"probe_s": 0.5}
 
     hooks = StepHooks([None, Probe()])
     outputs = StepOutputs(MetricsFile(str(tmp_path / "metrics.jsonl")), logger := Collected(),
-                          (*record.STEP, *hooks.metrics), 10, console=True)
+                          (*record.STEP, *hooks.declared), 10, console=True)
     outputs.write(3, {**CPU_STEP, **hooks.record(3)})
     outputs.jsonl.close()
     [line] = (tmp_path / "metrics.jsonl").read_text().splitlines()
