@@ -13,13 +13,13 @@ import time
 from typing import Callable, Optional
 
 import torch
-from megatron.core import parallel_state
 
 from launcher.config import Config
 from launcher.run import build, experts, graphs, profile, record
 from launcher.run.checkpoint import Checkpoints
 from launcher.run.failures import classify_failure
 from launcher.run.first_group import FirstGroupProbe
+from launcher.run.forward import forward_step, mean_loss
 from launcher.run.hooks import NO_SPAN, PeakMemory, StepHooks
 from launcher.preflight.ranks import Layout
 from launcher.summary import RunSummary
@@ -136,30 +136,3 @@ class Trainer:
         """Whether an every-`interval`-steps action (validation, a checkpoint) falls on `step`:
         each interval-th step and the last; never with interval 0."""
         return bool(interval) and (step % interval == 0 or step == self.cfg.train.steps)
-
-
-def forward_step(poison: bool):
-    """The forward step megatron's schedule calls per microbatch; `poison` makes its loss NaN
-    (train.inject_nan_at_step: a test hook for the NaN guard)."""
-
-    def step(data_iterator, model):
-        batch = next(data_iterator)  # a dict (launcher.data.datasets.microbatches)
-        loss_mask = batch["loss_mask"]
-        output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
-
-        def loss_func(losses):
-            loss = torch.sum(losses.float().view(-1) * loss_mask.view(-1)) / loss_mask.sum()
-            if poison:
-                loss = loss * float("nan")
-            return loss, {"lm loss": loss.detach().clone()}  # the schedule scales loss in place
-
-        return output, loss_func
-
-    return step
-
-
-def mean_loss(outputs) -> float:
-    """The step's loss: the mean over microbatches, averaged over data-parallel ranks."""
-    loss = torch.stack([o["lm loss"] for o in outputs]).mean() if outputs else torch.zeros(())
-    torch.distributed.all_reduce(loss, group=parallel_state.get_data_parallel_group())
-    return (loss / parallel_state.get_data_parallel_world_size()).item()

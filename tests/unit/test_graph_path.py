@@ -16,7 +16,7 @@ from megatron.core.full_cuda_graph import StaticBufferLoader  # noqa: E402
 
 from launcher.config import ConfigError, CudaGraphConfig, CudaGraphImpl  # noqa: E402
 from launcher.data.datasets import MockDataset, microbatches  # noqa: E402
-from launcher.run import build, trainer  # noqa: E402
+from launcher.run import build, forward  # noqa: E402
 from launcher.run.checkpoint import tracker_states_to_load, tracker_states_to_save  # noqa: E402
 from launcher.preflight.environment import GRAPH_DEFAULTS, run_environment  # noqa: E402
 
@@ -43,7 +43,7 @@ def test_microbatches_are_dicts_the_forward_step_reads():
     batch = first_microbatch()
     assert set(batch) == {"tokens", "labels", "loss_mask", "position_ids"}
     model = Recorder()
-    _, loss_func = trainer.forward_step(poison=False)(iter([batch]), model)
+    _, loss_func = forward.forward_step(poison=False)(iter([batch]), model)
     tokens, positions, mask, labels = model.seen
     assert tokens is batch["tokens"] and labels is batch["labels"] and mask is None
     assert positions is batch["position_ids"]
