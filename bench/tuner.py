@@ -13,6 +13,7 @@ the rule the tuned recipe uses), ending with one machine-readable line:
 """
 
 import argparse
+import glob
 import os
 import subprocess
 import sys
@@ -36,7 +37,9 @@ def sweep(folder: Path, grid: list, repeats: int, tune: bool) -> None:
 
 
 def runs(folder: Path) -> int:
-    return len(list(folder.glob("*/repeat*/attempt*/summary.json")))
+    from launcher.sweep.folders import runs_glob
+
+    return len(glob.glob(os.path.join(runs_glob(str(folder)), "summary.json")))
 
 
 def choice(folder: Path) -> str:

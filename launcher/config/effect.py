@@ -24,6 +24,7 @@ from launcher.config.choices import (
 from launcher.config.error import ConfigError
 from launcher.config.schema import Config, as_dict, lookup
 from launcher.config.sections import SweepConfig
+from launcher.config.values import shown
 
 @dataclass(frozen=True)
 class Dependency:
@@ -133,16 +134,6 @@ SLURM_ONLY = ("sweep.pending_limit_min",)
 def sweep_keys() -> Tuple[str, ...]:
     """Every key of the sweep section: they configure `launch -m`, and nothing in one run."""
     return tuple(f"sweep.{f.name}" for f in dataclasses.fields(SweepConfig))
-
-
-def shown(value) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value is None:
-        return "null"
-    if isinstance(value, list):
-        return "[" + ",".join(shown(v) for v in value) + "]"
-    return str(value)
 
 
 def given_keys(overrides: Sequence[str]) -> List[str]:

@@ -20,8 +20,8 @@ import typing
 from enum import Enum
 from importlib import resources
 
-from launcher.config.schema import Config, as_dict
-from launcher.config.values import INT_CEILING, LIMITS
+from launcher.config.schema import Config, as_dict, lookup
+from launcher.config.values import INT_CEILING, LIMITS, shown
 
 COMMAND = ".venv/bin/python -m launcher.config.reference > docs/configuration.md"
 
@@ -207,27 +207,6 @@ def options(package, purpose=option_purpose) -> list:
     return [(p.name[:-5], purpose(header(p.read_text()))) for p in files]
 
 
-def lookup(values: dict, key: str):
-    for part in key.split("."):
-        values = values[part]
-    return values
-
-
-def shown(value) -> str:
-    """A value as `launch --cfg job` would write it on one line."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, list):
-        return "[" + ", ".join(shown(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
-    return str(value)
-
-
 def cell(text: str) -> str:
     """Prose for a Markdown table cell: pipes, tags and emphasis characters escaped."""
     return text.replace("|", "\\|").replace("<", "&lt;").replace("*", "\\*")
@@ -238,9 +217,9 @@ def table(prefix: str, cls, defaults: dict, schema: dict, ranges: dict) -> list:
     lines = ["| Key | Type | Default | Allowed | Description |", "|---|---|---|---|---|"]
     for f in leaves(cls):
         key = f"{prefix}.{f.name}"
-        default = f"`{shown(lookup(defaults, key))}`"
+        default = f"`{shown(lookup(defaults, key), separator=', ')}`"
         if lookup(defaults, key) != lookup(schema, key):
-            default += f" (schema: `{shown(lookup(schema, key))}`)"
+            default += f" (schema: `{shown(lookup(schema, key), separator=', ')}`)"
         enum = enum_of(f.type)
         allowed = ", ".join(f"`{e.value}`" for e in enum) if enum else cell(bounds(key, ranges))
         lines.append(f"| `{key}` | {type_name(f.type)} | {default} | {allowed} | "

@@ -17,6 +17,7 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass
+from enum import Enum
 from typing import Iterable, Iterator, Tuple
 
 from launcher.config.error import ConfigError
@@ -159,3 +160,20 @@ def parse(arguments: Iterable[str]) -> list:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     return OverridesParser.create().parse_overrides(list(arguments))
+
+
+def shown(value, separator: str = ",") -> str:
+    """A config value as one line of text, as an override spells it: null, true or false, an
+    Enum's value, a list in brackets (its items joined by `separator`: `[0,1]` in a refusal,
+    `[0, 1]` as `launch --cfg job` writes it), a mapping in braces; anything else as str."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, list):
+        return "[" + separator.join(shown(v, separator) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {shown(v, separator)}" for k, v in value.items()) + "}"
+    return str(value)

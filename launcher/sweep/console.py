@@ -1,6 +1,7 @@
-"""What a sweep shows on its console: one line per job (its cell, its repeat, its result, and
-the sweep's progress: time so far and about how much is left), its total time, and where to
-look at every run at once, at the end.
+"""Every line a sweep prints on its console: the plan table before the first job (or each cell's
+Megatron-LM command), one line per job (its cell, its repeat, its result, and the sweep's
+progress: time so far and about how much is left), its total time, the closing results table,
+where to look at every run at once, and a tuning sweep's tuned recipe, at the end.
 
 A job's own output (Hydra's launch line with the job's overrides, the run's start line, its
 dashboards' lines, every rank's warnings, what libraries below Python print) goes to
@@ -19,6 +20,11 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
 from launcher.run.console import duration
+from launcher.sweep.folders import run_placeholder, runs_glob, runs_pattern
+from launcher.sweep.plan import Plan
+from launcher.sweep.results import Results
+from launcher.sweep.schedule import has_ok_run
+from launcher.sweep.tables import ONE_RUN_NOTE, display
 
 CONSOLE_LOG = "console.log"
 PERFETTO = "https://ui.perfetto.dev"
@@ -114,12 +120,12 @@ def dashboard_lines(sweep_dir: str, tensorboard_dir: Optional[str], wandb_group:
     logging.tensorboard.dir where one is set, else the sweep's folder), the traces, and the
     jobs' own output."""
     folder = shlex.quote(sweep_dir)
-    runs = os.path.join(glob.escape(sweep_dir), "*", "repeat*", "attempt*")
+    runs = runs_glob(sweep_dir)
     lines = []
     offline = sorted(glob.glob(os.path.join(runs, "wandb", "offline-run-*")))
     table = glob.glob(os.path.join(glob.escape(sweep_dir), "wandb", "offline-run-*"))
     if offline:
-        send = f"{folder}/*/repeat*/attempt*/wandb/offline-run-*" + (
+        send = f"{runs_pattern(folder)}/wandb/offline-run-*" + (
             f" {folder}/wandb/offline-run-*" if table else "")
         one = shlex.quote(os.path.dirname(offline[0]))
         lines.append(f"[sweep] wandb: {len(offline) + len(table)} offline runs of group "
@@ -137,6 +143,131 @@ def dashboard_lines(sweep_dir: str, tensorboard_dir: Optional[str], wandb_group:
         lines.append(f"[sweep] traces: one per cell (its first repeat's), linked from "
                      f"report.html's table; open one at {PERFETTO} (or chrome://tracing)")
     if glob.glob(os.path.join(runs, CONSOLE_LOG)):
-        lines.append(f"[sweep] each run's own output: {sweep_dir}/CELL/repeatN/attemptM/"
-                     f"{CONSOLE_LOG}")
+        lines.append(f"[sweep] each run's own output: {run_placeholder(sweep_dir)}/{CONSOLE_LOG}")
     return lines
+
+
+def predicted_order(cells: list) -> List[str]:
+    """With a prediction for two cells or more: the fastest predicted, and which cells the model
+    cannot tell from it (the fast end of their band at or below the slow end of its band),
+    unranked; the others are slower beyond the band."""
+    banded = [c for c in cells if c.valid and c.predicted_steps]
+    if len(banded) < 2:
+        return []
+    best = min(banded, key=lambda c: c.predicted_steps[1])
+    near = [c for c in banded if c is not best and c.predicted_steps[2] <= best.predicted_steps[0]]
+    slower = [c for c in banded if c is not best and c not in near]
+    named = lambda group: ", ".join(f"{c.id} ({c.label})" for c in group) or "none"  # noqa: E731
+    return [f"[sweep] predicted fastest: {best.id} ({best.label}), "
+            f"{best.predicted_steps[1]:.3g} s/step; indistinguishable from it within the "
+            f"prediction's band: {named(near)}; slower beyond the band: {named(slower)}"]
+
+
+def print_plan(plan: Plan, rounds: list, race=None) -> None:
+    """The plan table; in a tuning sweep, `race` (replayed from disk) marks the dropped cells."""
+    todo = {(cell.id, repeat) for round_ in rounds for cell, repeat, _ in round_
+            if race is None or (cell.id in race.alive and not race.ended)}
+    keys = plan.keys
+    widths = [max([len(k)] + [len(c.values[k]) for c in plan.cells]) for k in keys]
+    print(f"[sweep] {plan.name}: {len(plan.cells)} cells x {plan.repeats} repeat(s) "
+          f"into {plan.sweep_dir}")
+    worlds = {c.world for c in plan.cells if c.world}
+    if len(worlds) == 1:  # several: each cell's is in its row
+        print(f"[sweep] each job's world: {next(iter(worlds))}")
+    guess = max([len(c.predicted) for c in plan.cells if c.predicted], default=0)
+    predicted = [f"{'predicted':<{guess}}"] if guess else []
+    print("  " + "  ".join([f"{'cell':<10}"] + [f"{k:<{w}}" for k, w in zip(keys, widths)]
+                           + predicted + ["plan"]))
+    for cell in plan.cells:
+        if race and cell.id in race.dropped:
+            what = race.dropped[cell.id].reason
+        elif cell.valid:
+            left = sum((cell.id, r) in todo for r in range(plan.repeats))
+            what = (f"run {left} of {plan.repeats} repeat(s)" + (" at most" if race else "")
+                    if left else f"kept to the end of the race ({race.ended})" if race
+                    else f"done ({plan.repeats} ok)")
+            what += " (baseline)" if cell.id == plan.baseline else ""
+            what += f", world {cell.world}" if len(worlds) > 1 else ""
+        else:
+            what = f"invalid, will not run: {cell.reason}"
+        print("  " + "  ".join([f"{cell.id:<10}"]
+                               + [f"{cell.values[k]:<{w}}" for k, w in zip(keys, widths)]
+                               + ([f"{cell.predicted:<{guess}}"] if guess else []) + [what]))
+    for line in predicted_order(plan.cells):
+        print(line)
+    valid = sum(c.valid for c in plan.cells)
+    ok = sum(has_ok_run(plan.sweep_dir, c.id, r) for c in plan.cells if c.valid
+             for r in range(plan.repeats))
+    print(f"[sweep] {valid} valid cells: {'at most ' if race else ''}{len(todo)} runs to do, "
+          f"{ok} already ok; {len(plan.cells) - valid} refused", flush=True)
+    if race:
+        print(f"[sweep] tuning: from round {plan.min_repeats} on, a cell whose throughput "
+              "interval lies wholly below the best cell's stops running"
+              + (f"; the race has ended: {race.ended}" if race.ended else ""), flush=True)
+
+
+def print_commands(plan: Plan) -> None:
+    """runtime.print_megatron_lm=true under -m: each cell's Megatron-LM command (an invalid
+    cell's reason), and nothing started."""
+    for cell in plan.cells:
+        print(f"# cell {cell.id}: {cell.label}")
+        print(cell.megatron_lm if cell.valid else f"# invalid, no command: {cell.reason}")
+        print()
+    print(f"[sweep] runtime.print_megatron_lm=true: {sum(c.valid for c in plan.cells)} "
+          "command(s); nothing started", flush=True)
+
+
+def shows_numerics(row: dict) -> bool:
+    """Whether a console line shows its cell's losses against the baseline's: not the baseline's
+    own, nor a failed cell's `n/a` (its reason is on the line)."""
+    kind = row.get("numerics")
+    return kind not in (None, "baseline") and (kind != "n/a" or row["status"] == "ok")
+
+
+CONSOLE_HEADERS = ("cell", "status", "tokens/s/GPU", "speedup vs baseline [95% CI]",
+                   "losses vs baseline", "note")
+
+
+def console_cells(row: dict) -> tuple:
+    """A row of the closing table, under CONSOLE_HEADERS."""
+    tps = row.get("tokens_per_s_per_gpu")
+    note = row["reason"] if row["status"] not in ("ok", "pending") else (
+        row["race"] if row.get("race", "").startswith("dropped") else "")
+    return (display(row, "label"), display(row, "status"), "" if tps is None else f"{tps:,.0f}",
+            display(row, "speedup"), display(row, "numerics") if shows_numerics(row) else "",
+            note or "")
+
+
+def console_table(results: Results) -> List[str]:
+    """The closing table: a header, then a row per cell, columns aligned; the note (a failure's
+    reason, a race's drop) last, unpadded, as it may be long."""
+    rows = [CONSOLE_HEADERS, *(console_cells(r) for r in results.rows)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(CONSOLE_HEADERS) - 1)]
+    return ["  " + "  ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]).rstrip()
+            for r in rows]
+
+
+def print_results(results: Results, paths: list) -> None:
+    for line in console_table(results):
+        print(line)
+    if any(r.get("step_noise_only") for r in results.rows):
+        print(f"[sweep] {ONE_RUN_NOTE}")
+    for defect in results.defects:
+        print(f"[sweep] {defect.line}")
+    print("[sweep] report: " + ", ".join(paths), flush=True)
+
+
+def print_tuned(results: Results, path: Optional[str]) -> None:
+    """The tuned recipe's path (launcher.sweep.tuned.write's) and the command that runs it: the
+    sweep's last lines."""
+    from launcher.sweep import tuned
+
+    chosen, _, why = tuned.choose(results)
+    if path is None:
+        print(f"[sweep] tuned: no recipe written ({why})", flush=True)
+        return
+    folder = results.plan.sweep_dir
+    print(f"[sweep] the race ended: {results.race.ended or 'not yet (rounds left to run)'}",
+          flush=True)
+    print(f"[sweep] tuned: {chosen['label']}. {why}. Recipe: {path}", flush=True)
+    print(f"[sweep] run it: launch --config-dir {folder} +recipe=tuned", flush=True)

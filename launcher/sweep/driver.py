@@ -17,13 +17,17 @@ from typing import List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import ConfigError, ProfileConfig
-from launcher.sweep.plan import (
-    Plan, SweepError, bare_key, build_plan, canonical, has_ok_run, run_dir, schedule,
-)
 from launcher.summary import read as read_summary
-from launcher.sweep import submit
-from launcher.sweep.console import CONSOLE_LOG, Progress, dashboard_lines, output_to, run_result
+from launcher.sweep import folders, submit
+from launcher.sweep.console import (
+    CONSOLE_LOG, Progress, dashboard_lines, output_to, print_commands, print_plan, print_results,
+    print_tuned, run_result,
+)
+from launcher.sweep.error import SweepError
+from launcher.sweep.grid import bare_key, canonical
+from launcher.sweep.plan import Plan, build_plan
 from launcher.sweep.race import replay
+from launcher.sweep.schedule import schedule
 from launcher.sweep.slurm import is_submitit
 from launcher.sweep.submit import JobEnded
 
@@ -44,7 +48,7 @@ def job_overrides(plan: Plan, master: DictConfig, cell, repeat: int, attempt: in
     tensorboard = [f"logging.tensorboard.name={name}",
                    "logging.tensorboard.hparams=[" + ",".join(hparams(plan, master)) + "]"]
     return [*cell.overrides, *quiet, *unprofiled(master, repeat),
-            f"hydra.sweep.subdir={cell.id}/repeat{repeat}/attempt{attempt}",
+            f"hydra.sweep.subdir={folders.subdir(cell.id, repeat, attempt)}",
             *(wandb if cell_value(master, cell, "logging.wandb.mode") != "disabled" else []),
             *(tensorboard if cell_value(master, cell, "logging.tensorboard.enabled") == "true"
               else [])]
@@ -78,65 +82,6 @@ def run_name(label: str, repeat: int, attempt: int) -> str:
     return f"{label} #{repeat}" + (f" retry {attempt}" if attempt else "")
 
 
-def predicted_order(cells: list) -> List[str]:
-    """With a prediction for two cells or more: the fastest predicted, and which cells the model
-    cannot tell from it (the fast end of their band at or below the slow end of its band),
-    unranked; the others are slower beyond the band."""
-    banded = [c for c in cells if c.valid and c.predicted_steps]
-    if len(banded) < 2:
-        return []
-    best = min(banded, key=lambda c: c.predicted_steps[1])
-    near = [c for c in banded if c is not best and c.predicted_steps[2] <= best.predicted_steps[0]]
-    slower = [c for c in banded if c is not best and c not in near]
-    named = lambda group: ", ".join(f"{c.id} ({c.label})" for c in group) or "none"  # noqa: E731
-    return [f"[sweep] predicted fastest: {best.id} ({best.label}), "
-            f"{best.predicted_steps[1]:.3g} s/step; indistinguishable from it within the "
-            f"prediction's band: {named(near)}; slower beyond the band: {named(slower)}"]
-
-
-def print_plan(plan: Plan, rounds: list, race=None) -> None:
-    """The plan table; in a tuning sweep, `race` (replayed from disk) marks the dropped cells."""
-    todo = {(cell.id, repeat) for round_ in rounds for cell, repeat, _ in round_
-            if race is None or (cell.id in race.alive and not race.ended)}
-    keys = plan.keys
-    widths = [max([len(k)] + [len(c.values[k]) for c in plan.cells]) for k in keys]
-    print(f"[sweep] {plan.name}: {len(plan.cells)} cells x {plan.repeats} repeat(s) "
-          f"into {plan.sweep_dir}")
-    worlds = {c.world for c in plan.cells if c.world}
-    if len(worlds) == 1:  # several: each cell's is in its row
-        print(f"[sweep] each job's world: {next(iter(worlds))}")
-    guess = max([len(c.predicted) for c in plan.cells if c.predicted], default=0)
-    predicted = [f"{'predicted':<{guess}}"] if guess else []
-    print("  " + "  ".join([f"{'cell':<10}"] + [f"{k:<{w}}" for k, w in zip(keys, widths)]
-                           + predicted + ["plan"]))
-    for cell in plan.cells:
-        if race and cell.id in race.dropped:
-            what = race.dropped[cell.id].reason
-        elif cell.valid:
-            left = sum((cell.id, r) in todo for r in range(plan.repeats))
-            what = (f"run {left} of {plan.repeats} repeat(s)" + (" at most" if race else "")
-                    if left else f"kept to the end of the race ({race.ended})" if race
-                    else f"done ({plan.repeats} ok)")
-            what += " (baseline)" if cell.id == plan.baseline else ""
-            what += f", world {cell.world}" if len(worlds) > 1 else ""
-        else:
-            what = f"invalid, will not run: {cell.reason}"
-        print("  " + "  ".join([f"{cell.id:<10}"]
-                               + [f"{cell.values[k]:<{w}}" for k, w in zip(keys, widths)]
-                               + ([f"{cell.predicted:<{guess}}"] if guess else []) + [what]))
-    for line in predicted_order(plan.cells):
-        print(line)
-    valid = sum(c.valid for c in plan.cells)
-    ok = sum(has_ok_run(plan.sweep_dir, c.id, r) for c in plan.cells if c.valid
-             for r in range(plan.repeats))
-    print(f"[sweep] {valid} valid cells: {'at most ' if race else ''}{len(todo)} runs to do, "
-          f"{ok} already ok; {len(plan.cells) - valid} refused", flush=True)
-    if race:
-        print(f"[sweep] tuning: from round {plan.min_repeats} on, a cell whose throughput "
-              "interval lies wholly below the best cell's stops running"
-              + (f"; the race has ended: {race.ended}" if race.ended else ""), flush=True)
-
-
 def record_crash(folder: str, job_return) -> None:
     """A job that failed without a summary (it raised before its spawner wrote one, or its
     launcher lost it: a Slurm job killed) still leaves a classified one. What Slurm ended
@@ -164,30 +109,26 @@ def record_crash(folder: str, job_return) -> None:
             slurm_job_id=getattr(error, "job_id", None)))
 
 
-def job_name(plan: Plan, cell, repeat: int, attempt: int) -> str:
-    """A Slurm job's name: the sweep, the cell and the run, as its directory is named."""
-    return f"{plan.name}/{cell.id}/repeat{repeat}" + (f"/attempt{attempt}" if attempt else "")
-
-
 def run_round(launcher, plan: Plan, master: DictConfig, round_, progress: Progress) -> None:
     """Runs a round's jobs; each leaves a summary (record_crash's where it wrote none) and one
     console line (launcher.sweep.console), which counts it in `progress`."""
     first = progress.done
     batch = [job_overrides(plan, master, cell, r, n) for cell, r, n in round_]
-    folders = [run_dir(plan.sweep_dir, cell.id, r, n) for cell, r, n in round_]
+    run_dirs = [folders.run_dir(plan.sweep_dir, cell.id, r, n) for cell, r, n in round_]
     titles = [progress.title(i, cell.label, r, n) for i, (cell, r, n) in enumerate(round_)]
     if is_submitit(master.hydra.launcher):
+        names = [folders.job_name(plan.name, cell.id, r, n) for cell, r, n in round_]
         try:
-            ended = submit.launch(launcher, batch, first, [job_name(plan, *job) for job in round_],
+            ended = submit.launch(launcher, batch, first, names,
                                   master.sweep.pending_limit_min)
         except Exception as err:  # noqa: BLE001  a launcher that raises fails its round only
             ended = [(err, None)] * len(batch)
-        for title, folder, (job_return, log) in zip(titles, folders, ended):
+        for title, folder, (job_return, log) in zip(titles, run_dirs, ended):
             record_crash(folder, job_return)
             print(title + run_result(read_summary(folder), None, log) + progress.finish_one(),
                   flush=True)
         return
-    for index, (title, folder, overrides) in enumerate(zip(titles, folders, batch), start=first):
+    for index, (title, folder, overrides) in enumerate(zip(titles, run_dirs, batch), start=first):
         run_here(launcher, overrides, index, title, folder,
                  captured=master.logging.print_steps is not True, progress=progress)
 
@@ -237,7 +178,8 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
         print(f"error: {err}", file=sys.stderr)
         return 2
     if master.runtime.print_megatron_lm and plan.baseline is not None:
-        return print_commands(plan)
+        print_commands(plan)
+        return 0
     rounds = schedule(plan)
     print_plan(plan, rounds, replay(plan) if plan.tune else None)
     if plan.baseline is None:
@@ -270,20 +212,8 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
     return finish(plan, master, log=progress.done > 0 or not reported)
 
 
-def print_commands(plan: Plan) -> int:
-    """runtime.print_megatron_lm=true under -m: each cell's Megatron-LM command (an invalid
-    cell's reason), and nothing started."""
-    for cell in plan.cells:
-        print(f"# cell {cell.id}: {cell.label}")
-        print(cell.megatron_lm if cell.valid else f"# invalid, no command: {cell.reason}")
-        print()
-    print(f"[sweep] runtime.print_megatron_lm=true: {sum(c.valid for c in plan.cells)} "
-          "command(s); nothing started", flush=True)
-    return 0
-
-
 def finish(plan: Plan, master: DictConfig, log: bool) -> int:
-    from launcher.sweep.report import print_results, write_all
+    from launcher.sweep.report import write_all
     from launcher.sweep.results import collect
 
     results = collect(plan)
@@ -296,26 +226,17 @@ def finish(plan: Plan, master: DictConfig, log: bool) -> int:
                                 any(r.get("profile_trace") for r in results.rows)):
         print(line, flush=True)
     if plan.tune:
-        print_tuned(results, master)
+        print_tuned(results, write_tuned(results, master))
     failed = [r for r in results.rows if r["status"] not in ("ok", "invalid")]
     return 1 if failed else 0
 
 
-def print_tuned(results, master: DictConfig) -> None:
-    """Writes the tuned recipe; its path and the command that runs it are the sweep's last lines."""
+def write_tuned(results, master: DictConfig) -> Optional[str]:
+    """Writes the tuned recipe (launcher.sweep.tuned); its path, or None where none was chosen."""
     from launcher.sweep import tuned
 
     choices = dict(master.hydra.runtime.choices)
-    path = tuned.write(results, choices.get("recipe"), [k for k in choices if "/" not in k])
-    chosen, _, why = tuned.choose(results)
-    if path is None:
-        print(f"[sweep] tuned: no recipe written ({why})", flush=True)
-        return
-    folder = results.plan.sweep_dir
-    print(f"[sweep] the race ended: {results.race.ended or 'not yet (rounds left to run)'}",
-          flush=True)
-    print(f"[sweep] tuned: {chosen['label']}. {why}. Recipe: {path}", flush=True)
-    print(f"[sweep] run it: launch --config-dir {folder} +recipe=tuned", flush=True)
+    return tuned.write(results, choices.get("recipe"), [k for k in choices if "/" not in k])
 
 
 def log_table(results, master: DictConfig) -> Optional[str]:

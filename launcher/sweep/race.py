@@ -22,7 +22,8 @@ import numpy as np
 from launcher.sweep import stats
 from launcher.sweep.numerics import DIFFERENT, kind_of, max_rel_diff
 from launcher.summary import RunSummary, read as read_summary
-from launcher.sweep.plan import Plan, attempts
+from launcher.sweep.folders import attempts
+from launcher.sweep.plan import Plan
 
 GIB = 2**30
 

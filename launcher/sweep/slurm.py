@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from launcher.preflight.ranks import is_submitit
+from launcher.config.values import shown
 from launcher.sweep.error import SweepError
 
 # How long sinfo and `sbatch --test-only` may take: a controller answers within its
@@ -27,10 +28,6 @@ SINFO_TIMEOUT_S = 15
 
 def is_slurm(launcher: DictConfig) -> bool:
     return str(launcher.get("_target_", "")).endswith("SlurmLauncher")
-
-
-def shown(value) -> str:
-    return "null" if value is None else str(value)
 
 
 def value(launcher: DictConfig, key: str):

@@ -21,8 +21,10 @@ import yaml
 from launcher.files import write_text_atomic
 from launcher.sweep.numerics import from_row
 from launcher import summary as run_summary
-from launcher.sweep.plan import UNMEASURED, attempts, bare_key
-from launcher.sweep.results import Results, display, significant
+from launcher.sweep.folders import attempts
+from launcher.sweep.grid import UNMEASURED, bare_key
+from launcher.sweep.results import Results, significant
+from launcher.sweep.tables import display
 
 # not part of what a run measures: Hydra's own settings, the recipe itself, and UNMEASURED
 SKIPPED = ("hydra.", "recipe", *UNMEASURED)

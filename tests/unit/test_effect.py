@@ -12,9 +12,10 @@ import pytest
 from conftest import make_config as make
 from launcher.config import Config, ConfigError, as_dict
 from launcher.config.effect import (
-    TABLE, check_effect, given_keys, is_swept, moot_notes, shown, sweep_keys,
+    TABLE, check_effect, given_keys, is_swept, moot_notes, sweep_keys,
 )
 from launcher.config.schema import Missing, lookup
+from launcher.config.values import shown
 
 # Values that the generic choice below would get wrong (a list needs its shape, a number its range)
 EXAMPLES = {

@@ -16,7 +16,7 @@ from launcher.estimate.kernels import (
 from launcher.estimate.predict import predict, predict_band
 from launcher.estimate.topology import Cluster
 from launcher.estimate.prediction_text import describe_prediction, short
-from launcher.sweep.driver import predicted_order
+from launcher.sweep.console import predicted_order
 from launcher.sweep.plan import Cell
 
 # Round figures with every kernel class: 100 TFLOP/s bf16 and 200 fp8 at half of it in a large

@@ -9,11 +9,12 @@ from omegaconf import OmegaConf
 from launcher import summary as run_summary
 from launcher.config import SweepConfig
 from launcher.sweep import tuned
-from launcher.sweep.driver import print_tuned
+from launcher.sweep.console import print_results, print_tuned
+from launcher.sweep.driver import write_tuned
 from launcher.sweep.numerics import CLOSE_REL_DIFF, Numerics, compare_runs
 from launcher.sweep.plan import Cell, Plan
-from launcher.sweep.report import print_results
-from launcher.sweep.results import collect, write_tables
+from launcher.sweep.results import collect
+from launcher.sweep.tables import write_tables
 from launcher.sweep.switch import SWITCH
 
 KEY = "train.micro_batch_size"
@@ -217,7 +218,7 @@ def test_the_tuner_refuses_the_fastest_cell_that_trains_differently(tmp_path, ca
     assert f"# Chosen: {KEY}=right. Refused for not training like the baseline" in text
     assert "The fastest of the others: speedup 2.00" in text
     assert "micro_batch_size: right" in text
-    print_tuned(results, master())
+    print_tuned(results, write_tuned(results, master()))
     console = capsys.readouterr().out
     assert f"[sweep] tuned: {KEY}=right. Refused for not training like the baseline" in console
 
@@ -250,7 +251,7 @@ def test_no_recipe_when_nothing_trains_like_the_failed_baseline(tmp_path, capsys
                      tune=True, min_repeats=1)
     results = collect(plan)
     assert tuned.write(results, "tiny_cpu", []) is None
-    print_tuned(results, master())
+    print_tuned(results, write_tuned(results, master()))
     console = capsys.readouterr().out
     assert "[sweep] tuned: no recipe written (Refused for not training like the baseline" in console
     assert "losses n/a (baseline repeat 0 failed (oom))" in console

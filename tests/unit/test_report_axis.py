@@ -4,8 +4,9 @@ memory noise the front tolerates, and the front itself (launcher.sweep.report, r
 import pytest
 
 from launcher.sweep.plan import Cell, Plan
-from launcher.sweep.report import MEMORY_AXIS_SPAN, draw_memory_throughput, memory_axis
-from launcher.sweep.results import Results, mark_pareto, memory_noise_mib, memory_note
+from launcher.sweep.charts import MEMORY_AXIS_SPAN, draw_memory_throughput, memory_axis
+from launcher.sweep.results import Results, mark_pareto, memory_noise_mib
+from launcher.sweep.tables import memory_note
 
 KEYS = ["fsdp.prefetch_first_param_group", "cuda_graph.impl"]
 

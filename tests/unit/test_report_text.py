@@ -6,8 +6,10 @@ import pytest
 
 from launcher import summary as run_summary
 from launcher.sweep.plan import Cell, Plan
-from launcher.sweep.report import draw, write_all
-from launcher.sweep.results import collect, display
+from launcher.sweep.charts import draw
+from launcher.sweep.report import write_all
+from launcher.sweep.results import collect
+from launcher.sweep.tables import display
 
 KEYS = ["fsdp.prefetch_first_param_group", "cuda_graph.impl"]
 STEPS_MS = [100.0, 101.0, 99.0, 100.5, 99.5] * 4

@@ -7,7 +7,8 @@ import pytest
 
 from launcher import summary as run_summary
 from launcher.run.failures import classify_failure, excerpt
-from launcher.sweep.results import collect, display, significant, write_tables
+from launcher.sweep.results import collect, significant
+from launcher.sweep.tables import display, write_tables
 from launcher.sweep.plan import Cell, Plan
 
 KEYS = ["fsdp.prefetch_first_param_group"]
@@ -130,7 +131,7 @@ def test_one_run_per_cell_is_step_noise_only_and_never_significant(tmp_path, cap
     """The issue's case: one repeat per cell, the load changed between runs; the bootstrap sees
     only step noise, so a 2x speedup with a narrow interval is shown but not marked significant,
     in results.md, on the console and in the report."""
-    from launcher.sweep.report import print_results
+    from launcher.sweep.console import print_results
 
     cells = [Cell(name, f"prefetch={value}", {KEYS[0]: value}, [], True, "")
              for name, value in [("base", "true"), ("fast", "false")]]

@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 
 from launcher.cli import register_configs
 from launcher.config import ConfigError
-from launcher.sweep.plan import SweepError, build_plan
+from launcher.sweep.error import SweepError
+from launcher.sweep.plan import build_plan
 from launcher.sweep.slurm import gpu_count
 
 register_configs()
@@ -195,7 +196,7 @@ def test_a_cell_with_no_steady_state_step_is_refused_in_preflight():
 def test_each_cell_composes_as_hydras_full_compose_does(grid):
     """The plan's composer (groups composed once, value overrides on a copy) gives every cell
     exactly the config Hydra's full compose of that cell gives."""
-    from launcher.sweep.plan import CellComposer, expand_grid
+    from launcher.sweep.grid import CellComposer, expand_grid
 
     with initialize_config_module(config_module="launcher.conf", version_base=None):
         loader = GlobalHydra.instance().config_loader()
