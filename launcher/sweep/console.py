@@ -1,7 +1,10 @@
 """Every line a sweep prints on its console: the plan table before the first job (or each cell's
 Megatron-LM command), one line per job (its cell, its repeat, its result, and the sweep's
 progress: time so far and about how much is left), its total time, the closing results table,
-where to look at every run at once, and a tuning sweep's tuned recipe, at the end.
+where to look at every run at once, and a tuning sweep's tuned recipe, at the end; a sweep
+refused as a whole. The one exception: Slurm's own lines (a job submitted, pending or given up,
+and a dry run's "no Slurm answers here") are printed by slurm.py and submit.py while they ask
+Slurm, which this module's imports of the plan and results keep from importing it.
 
 A job's own output (Hydra's launch line with the job's overrides, the run's start line, its
 dashboards' lines, every rank's warnings, what libraries below Python print) goes to
@@ -145,6 +148,47 @@ def dashboard_lines(sweep_dir: str, tensorboard_dir: Optional[str], wandb_group:
     if glob.glob(os.path.join(runs, CONSOLE_LOG)):
         lines.append(f"[sweep] each run's own output: {run_placeholder(sweep_dir)}/{CONSOLE_LOG}")
     return lines
+
+
+def print_dashboards(sweep_dir: str, tensorboard_dir: Optional[str], wandb_group: str,
+                     wandb_page: Optional[str], traced: bool) -> None:
+    for line in dashboard_lines(sweep_dir, tensorboard_dir, wandb_group, wandb_page, traced):
+        print(line, flush=True)
+
+
+def print_job_start(title: str) -> None:
+    """A job's line's start, while it runs (its end follows once it has: print_job_end)."""
+    print(title, end="", flush=True)
+
+
+def print_line_end() -> None:
+    """An interrupted job's line ends, so that what follows starts on a line of its own."""
+    print(flush=True)
+
+
+def print_job_end(title: str, summary, seconds: Optional[float], log: Optional[str],
+                  progress: Progress) -> None:
+    """A job's line (or its end, after print_job_start's `title`), counted in `progress`."""
+    print(title + run_result(summary, seconds, log) + progress.finish_one(), flush=True)
+
+
+def print_closing_line(progress: Progress) -> None:
+    print(progress.closing_line(), flush=True)
+
+
+def print_refusal(why: str) -> None:
+    """A sweep refused as a whole (its one line; the exit code is 2)."""
+    print(f"error: {why}", file=sys.stderr)
+
+
+def print_no_valid_cell(plan: Plan) -> None:
+    reasons = sorted({cell.reason for cell in plan.cells})
+    why = f": {reasons[0]}" if len(reasons) == 1 else " (reasons above); fix the grid"
+    print_refusal(f"no cell of the sweep is valid{why}")
+
+
+def print_dry_run_end() -> None:
+    print("[sweep] dry run: nothing started")
 
 
 def predicted_order(cells: list) -> List[str]:

@@ -10,7 +10,6 @@ end, where to look at every run (launcher.sweep.console); a job's own output is 
 import contextlib
 import dataclasses
 import os
-import sys
 import time
 from typing import List, Optional
 
@@ -20,8 +19,9 @@ from launcher.config import ConfigError, ProfileConfig
 from launcher.summary import read as read_summary
 from launcher.sweep import folders, submit
 from launcher.sweep.console import (
-    CONSOLE_LOG, Progress, dashboard_lines, output_to, print_commands, print_plan, print_results,
-    print_tuned, run_result,
+    CONSOLE_LOG, Progress, output_to, print_closing_line, print_commands, print_dashboards,
+    print_dry_run_end, print_job_end, print_job_start, print_line_end, print_no_valid_cell,
+    print_plan, print_refusal, print_results, print_tuned,
 )
 from launcher.sweep.error import SweepError
 from launcher.sweep.grid import bare_key, canonical
@@ -125,8 +125,7 @@ def run_round(launcher, plan: Plan, master: DictConfig, round_, progress: Progre
             ended = [(err, None)] * len(batch)
         for title, folder, (job_return, log) in zip(titles, run_dirs, ended):
             record_crash(folder, job_return)
-            print(title + run_result(read_summary(folder), None, log) + progress.finish_one(),
-                  flush=True)
+            print_job_end(title, read_summary(folder), None, log, progress)
         return
     for index, (title, folder, overrides) in enumerate(zip(titles, run_dirs, batch), start=first):
         run_here(launcher, overrides, index, title, folder,
@@ -140,18 +139,17 @@ def run_here(launcher, overrides: List[str], index: int, title: str, folder: str
     own consoles); its line's start is shown while it runs, its result when it ends."""
     log = os.path.join(folder, CONSOLE_LOG) if captured else None
     if captured:
-        print(title, end="", flush=True)
+        print_job_start(title)
     start = time.monotonic()
     try:
         with output_to(log) if captured else contextlib.nullcontext():
             job_return = launch_one(launcher, overrides, index)
     except BaseException:  # an interrupt: what follows starts on a line of its own
-        print(flush=True)
+        print_line_end()
         raise
     record_crash(folder, job_return)
-    print(("" if captured else title)
-          + run_result(read_summary(folder), time.monotonic() - start, log)
-          + progress.finish_one(), flush=True)
+    print_job_end("" if captured else title, read_summary(folder), time.monotonic() - start, log,
+                  progress)
 
 
 def launch_one(launcher, overrides: List[str], index: int):
@@ -175,7 +173,7 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
     try:
         plan = build_plan(master, load, fixed + list(arguments), config_loader)
     except (ConfigError, SweepError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print_refusal(str(err))
         return 2
     if master.runtime.print_megatron_lm and plan.baseline is not None:
         print_commands(plan)
@@ -183,12 +181,10 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
     rounds = schedule(plan)
     print_plan(plan, rounds, replay(plan) if plan.tune else None)
     if plan.baseline is None:
-        reasons = sorted({cell.reason for cell in plan.cells})
-        why = f": {reasons[0]}" if len(reasons) == 1 else " (reasons above); fix the grid"
-        print(f"error: no cell of the sweep is valid{why}", file=sys.stderr)
+        print_no_valid_cell(plan)
         return 2
     if master.runtime.dry_run:
-        print("[sweep] dry run: nothing started")
+        print_dry_run_end()
         return 0
     os.makedirs(plan.sweep_dir, exist_ok=True)
     reported = os.path.exists(os.path.join(plan.sweep_dir, "results.csv"))
@@ -207,7 +203,7 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
         launcher = launcher or make_launcher()
         run_round(launcher, plan, master, round_, progress)
     if progress.done:
-        print(progress.closing_line(), flush=True)
+        print_closing_line(progress)
     # A rerun that ran nothing logs no second wandb table.
     return finish(plan, master, log=progress.done > 0 or not reported)
 
@@ -221,10 +217,8 @@ def finish(plan: Plan, master: DictConfig, log: bool) -> int:
     wandb_page = log_table(results, master) if log else None
     print_results(results, paths)
     tensorboard = master.logging.tensorboard
-    for line in dashboard_lines(plan.sweep_dir, tensorboard.dir if tensorboard.enabled else None,
-                                plan.wandb_group, wandb_page,
-                                any(r.get("profile_trace") for r in results.rows)):
-        print(line, flush=True)
+    print_dashboards(plan.sweep_dir, tensorboard.dir if tensorboard.enabled else None,
+                     plan.wandb_group, wandb_page, any(r.get("profile_trace") for r in results.rows))
     if plan.tune:
         print_tuned(results, write_tuned(results, master))
     failed = [r for r in results.rows if r["status"] not in ("ok", "invalid")]
