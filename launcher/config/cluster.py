@@ -8,12 +8,16 @@ import math
 import re
 import typing
 from dataclasses import MISSING, dataclass, fields
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 from launcher.config.choices import ClusterKernels
 from launcher.config.error import ConfigError, size_or_null, text_or_null
+from launcher.config.values import shown
+
+# a value as a hardware file writes it: a string quoted (the quotes tell it from a number)
+as_in_file = partial(shown, separator=", ", quote=True)
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
 
@@ -238,7 +242,7 @@ def read_yaml(path: Path, where: str) -> dict:
         said = str(err).strip().splitlines()[0]
         raise ConfigError(f"{where} cannot be read: {said}; fix the file")
     if not isinstance(values, dict):
-        raise ConfigError(f"{where} holds {shown(values)}, not a mapping of figures; write "
+        raise ConfigError(f"{where} holds {as_in_file(values)}, not a mapping of figures; write "
                           "one `figure: value` a line, as the shipped files do")
     return values
 
@@ -256,25 +260,25 @@ def check_value(where: str, key: str, value, tp, figure: str) -> None:
         return check_band(where, key, value, figure)
     said, test = TYPES[tp]
     if not test(value):
-        raise ConfigError(f"{where}: {key}={shown(value)} is not {said}; give {key} {said}")
+        raise ConfigError(f"{where}: {key}={as_in_file(value)} is not {said}; give {key} {said}")
     if tp in (int, float) and not math.isfinite(value):
-        raise ConfigError(f"{where}: {key}={shown(value)} is not a finite number; give {key} "
+        raise ConfigError(f"{where}: {key}={as_in_file(value)} is not a finite number; give {key} "
                           "a finite number")
     bound = RANGES.get(figure)
     if bound and not WITHIN[bound](value):
-        raise ConfigError(f"{where}: {key}={shown(value)} must be {bound}; set {key} to "
+        raise ConfigError(f"{where}: {key}={as_in_file(value)} must be {bound}; set {key} to "
                           f"{said} {bound}")
 
 
 def check_band(where: str, key: str, value, figure: str) -> None:
     """A Band: [low, high], two numbers in the figure's range, low <= high."""
     if not isinstance(value, list) or len(value) != 2:
-        raise ConfigError(f"{where}: {key}={shown(value)} is not [low, high]; give {key} as two "
+        raise ConfigError(f"{where}: {key}={as_in_file(value)} is not [low, high]; give {key} as two "
                           "numbers, e.g. [0.7, 0.8]")
     for end in value:
         check_value(where, key, end, float, figure)
     if value[0] > value[1]:
-        raise ConfigError(f"{where}: {key}={shown(value)} has its low end above its high end; "
+        raise ConfigError(f"{where}: {key}={as_in_file(value)} has its low end above its high end; "
                           f"give {key} as [{value[1]}, {value[0]}]")
 
 
@@ -282,27 +286,19 @@ def check_mapping(where: str, key: str, value, tp, figure: str) -> None:
     """One of MAPPINGS: the keys' types and names, then each entry."""
     written, names, entries = MAPPINGS[figure]
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: {key}={shown(value)} is not a mapping; give {key} as "
+        raise ConfigError(f"{where}: {key}={as_in_file(value)} is not a mapping; give {key} as "
                           f"{written}")
     key_type, value_type = typing.get_args(tp)
     said = KEYS[key_type] + (COUNTED.get(figure, "") if key_type is int else "")
     for name, entry in value.items():
         if not TYPES[key_type][1](name) or (key_type is int and name < 1):
-            raise ConfigError(f"{where}: {key} has the key {shown(name)}, which is not {said}; "
+            raise ConfigError(f"{where}: {key} has the key {as_in_file(name)}, which is not {said}; "
                               f"make each key of {key} {said}")
         if names is not None and name not in names:
             raise ConfigError(f"{where}: {key} has {name}, which is not a figure it may hold; "
                               f"use {', '.join(names)}")
         check_value(where, f"{key}.{name}", entry, value_type, entries or name)
 
-
-
-def shown(value) -> str:
-    """A value as the file would write it: null, true, a quoted string (the quotes tell a
-    string from a number)."""
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    return repr(value) if isinstance(value, str) else str(value)
 
 
 @dataclass

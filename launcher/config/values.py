@@ -162,10 +162,12 @@ def parse(arguments: Iterable[str]) -> list:
     return OverridesParser.create().parse_overrides(list(arguments))
 
 
-def shown(value, separator: str = ",") -> str:
+def shown(value, separator: str = ",", quote: bool = False) -> str:
     """A config value as one line of text, as an override spells it: null, true or false, an
     Enum's value, a list in brackets (its items joined by `separator`: `[0,1]` in a refusal,
-    `[0, 1]` as `launch --cfg job` writes it), a mapping in braces; anything else as str."""
+    `[0, 1]` as `launch --cfg job` writes it), a mapping in braces; anything else as str. With
+    `quote`, a string is quoted, as a hardware file's refusal shows it (the quotes tell a string
+    from a number)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -173,7 +175,8 @@ def shown(value, separator: str = ",") -> str:
     if isinstance(value, Enum):
         return str(value.value)
     if isinstance(value, list):
-        return "[" + separator.join(shown(v, separator) for v in value) + "]"
+        return "[" + separator.join(shown(v, separator, quote) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {shown(v, separator)}" for k, v in value.items()) + "}"
-    return str(value)
+        return "{" + ", ".join(f"{shown(k, separator, quote) if quote else k}: "
+                               f"{shown(v, separator, quote)}" for k, v in value.items()) + "}"
+    return repr(value) if quote and isinstance(value, str) else str(value)
