@@ -5,7 +5,8 @@ rank under another starter; `device.py`: the device torch sees here); the rank i
 (`worker.py`): the CPU compatibility layer (`cpu_compat.py`, and `gloo.py`: one worker thread per
 gloo group), then the run as one object (`trainer.py`: the Trainer, its loop and its step; `forward.py`: the forward step and
 its loss, as pretrain_gpt.py's) with
-megatron-core's model, M-FSDP and optimizer and the rest of the rank's setup (`build.py`) and its
+megatron-core's model, M-FSDP and optimizer (`build.py`), the rest of the rank's setup
+(`rank_setup.py`: process groups, RNGs, hosts, the start line, microbatches) and its
 full-iteration CUDA graphs (`graphs.py`); what watches a step (`hooks.py`: the step hooks in their
 order), the first parameter group's all-gather counted and timed (`first_group.py`), a mixture of
 experts' routing (`experts.py`), the profiling window (`profile.py`), checkpoints (`checkpoint.py`:

@@ -27,7 +27,7 @@ import torch
 
 from launcher.config import Config, ModelConfig, TrainConfig, as_dict
 from launcher.estimate import flops
-from launcher.run import build, console, graphs, profile, step_stats
+from launcher.run import build, console, graphs, profile, rank_setup, step_stats
 from launcher.run.checkpoint import Checkpoints
 from launcher.run.first_group import FirstGroupProbe, summarise
 from launcher.run.outputs import Metric, MetricsFile, StepOutputs, open_loggers
@@ -207,7 +207,7 @@ class Recorder:
         if self.outputs is not None:
             self.outputs.write(step, {"valid_loss": loss})
 
-    def finish(self, model, hosts: build.Hosts, probe: FirstGroupProbe,
+    def finish(self, model, hosts: rank_setup.Hosts, probe: FirstGroupProbe,
                window: Optional[profile.Window], checkpoints: Checkpoints) -> Optional[RunSummary]:
         """Rank 0's summary of a run that trained to its end (other ranks: None), kept for
         `close`. What the Trainer built and holds: the model, the ranks' hosts, the first-group

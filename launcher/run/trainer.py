@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import torch
 
 from launcher.config import Config
-from launcher.run import build, experts, graphs, profile, record
+from launcher.run import build, experts, graphs, profile, rank_setup, record
 from launcher.run.checkpoint import Checkpoints
 from launcher.run.failures import classify_failure
 from launcher.run.first_group import FirstGroupProbe
@@ -37,21 +37,21 @@ class Trainer:
         self.cfg, self.layout = cfg, layout
         # the CUDA allocator's history, recorded from before the build
         profile.record_memory(cfg, layout.rank, run_dir)
-        build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
+        rank_setup.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
                             cfg.train.seed, cfg.runtime.timeout_s,
                             graph_safe_rng=cfg.cuda_graph.enabled)
-        self.hosts = build.gather_hosts(on_cpu)
+        self.hosts = rank_setup.gather_hosts(on_cpu)
         self.fusions = build.run_fusions(cfg, on_cpu)  # once a rank: the start line, the build
         if layout.rank == 0:  # before megatron's build logs and the loggers' lines
-            print(build.start_line(cfg, self.hosts, layout.world_size, run_dir, self.fusions,
+            print(rank_setup.start_line(cfg, self.hosts, layout.world_size, run_dir, self.fusions,
                                    on_cpu), flush=True)
         self.model, self.optimizer, self.scheduler = build.build_all(cfg, self.fusions, on_cpu)
         self.probe = FirstGroupProbe(self.model, timed=cfg.logging.measure_first_group)
         self.checkpoints = Checkpoints(cfg.train.checkpoint, run_dir, layout.rank, self.model,
                                        self.optimizer, self.scheduler)
         self.first_step = 1 + self.checkpoints.resume(resume_from)
-        self.batch = build.Batch.of(cfg)
-        self.data, self.valid_data = build.build_microbatches(
+        self.batch = rank_setup.Batch.of(cfg)
+        self.data, self.valid_data = rank_setup.build_microbatches(
             cfg, run_dir, self.first_step, next(self.model.parameters()).device)
         self.forward_backward, self.evaluation = graphs.forward_backward_funcs(
             cfg.cuda_graph, self.model.config.cuda_graph_use_single_mempool, on_cpu)

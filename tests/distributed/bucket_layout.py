@@ -32,7 +32,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
 from launcher.cli import compose  # noqa: E402
 from launcher.config import ShardingStrategy  # noqa: E402
-from launcher.run import build
+from launcher.run import build, rank_setup
 from launcher.preflight import megatron_lm  # noqa: E402
 
 
@@ -115,7 +115,7 @@ def one_case(world: int, overrides: list) -> dict:
         expert_model_parallel_size=p.expert_model_parallel_size,
         num_distributed_optimizer_instances=cfg.fsdp.num_distributed_optimizer_instances,
         create_gloo_process_groups=False)  # gloo cannot run over the fake store
-    build.seed_rngs(cfg.train.seed, graph_safe_rng=False)
+    rank_setup.seed_rngs(cfg.train.seed, graph_safe_rng=False)
     try:
         return {"launcher": launcher_side(cfg), "megatron_lm": megatron_lm_side(cfg, world)}
     finally:

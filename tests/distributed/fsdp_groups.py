@@ -20,7 +20,7 @@ gloo.use_one_worker_per_group()
 import torch  # noqa: E402
 
 from launcher.cli import compose  # noqa: E402
-from launcher.run import build  # noqa: E402
+from launcher.run import build, rank_setup  # noqa: E402
 
 NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -29,7 +29,7 @@ def main() -> None:
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}",
                                          rank=0, world_size=1)
     cfg = compose(sys.argv[2:])
-    build.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
+    rank_setup.init_parallel(cfg.parallel, cfg.fsdp.num_distributed_optimizer_instances,
                         cfg.train.seed, 600, graph_safe_rng=False)
     model, _, _ = build.build_all(cfg, build.run_fusions(cfg, on_cpu=True), on_cpu=True)
     comm = model.mp_policy.grad_comm_dtype

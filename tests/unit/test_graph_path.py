@@ -16,7 +16,7 @@ from megatron.core.full_cuda_graph import StaticBufferLoader  # noqa: E402
 
 from launcher.config import ConfigError, CudaGraphConfig, CudaGraphImpl  # noqa: E402
 from launcher.data.datasets import MockDataset, microbatches  # noqa: E402
-from launcher.run import build, forward  # noqa: E402
+from launcher.run import build, forward, rank_setup  # noqa: E402
 from launcher.run.checkpoint import tracker_states_to_load, tracker_states_to_save  # noqa: E402
 from launcher.preflight.environment import GRAPH_DEFAULTS, run_environment  # noqa: E402
 
@@ -70,26 +70,26 @@ def rng_ranks():
                    parallel_state.set_expert_tensor_parallel_rank):
         setter(0)
     yield
-    build.seed_rngs(0, graph_safe_rng=False)
+    rank_setup.seed_rngs(0, graph_safe_rng=False)
 
 
 def test_graph_impl_seeds_a_graph_safe_tracker(rng_ranks):
-    build.seed_rngs(1234, graph_safe_rng=True)
+    rank_setup.seed_rngs(1234, graph_safe_rng=True)
     tracker = tensor_parallel.get_cuda_rng_tracker()
     states = tracker.get_states()
     assert states and all(isinstance(s, torch.Generator) for s in states.values())
     assert tensor_parallel.is_graph_safe_cuda_rng_tracker(tracker)
     with tracker.fork():  # what attention's dropout does each forward
         pass
-    build.seed_rngs(1234, graph_safe_rng=False)
+    rank_setup.seed_rngs(1234, graph_safe_rng=False)
     plain = tensor_parallel.get_cuda_rng_tracker().get_states()
     assert all(isinstance(s, torch.Tensor) for s in plain.values())
 
 
 def test_checkpoint_rng_states_convert_both_ways(rng_ranks):
-    build.seed_rngs(77, graph_safe_rng=False)
+    rank_setup.seed_rngs(77, graph_safe_rng=False)
     plain = tensor_parallel.get_cuda_rng_tracker().get_states()
-    build.seed_rngs(77, graph_safe_rng=True)
+    rank_setup.seed_rngs(77, graph_safe_rng=True)
     graph_safe = tensor_parallel.get_cuda_rng_tracker().get_states()
     saved = tracker_states_to_save(graph_safe)
     assert saved.keys() == plain.keys()
