@@ -221,7 +221,10 @@ def test_light_modules_import_no_torch_at_module_level(module):
 
 def test_configs_and_recipes_live_at_the_top_and_ship_in_the_wheel(tmp_path):
     """conf/ and recipes/ are where a user of a Hydra project looks for them; the package reaches
-    them as launcher.conf and launcher.recipes (links in a checkout, copies in the wheel)."""
+    them as launcher.conf and launcher.recipes (links in a checkout, copies in the wheel). The
+    wheel is built from a copy of the checkout's files, as a fresh clone has them: a checkout's
+    own build/ folder (setuptools reuses it) would hide a module missing from pyproject.toml."""
+    import shutil
     import subprocess
     import sys
     import zipfile
@@ -229,11 +232,25 @@ def test_configs_and_recipes_live_at_the_top_and_ship_in_the_wheel(tmp_path):
     for name in ("conf", "recipes"):
         assert (ROOT / name).is_dir() and not (ROOT / name).is_symlink()
         assert (ROOT / "launcher" / name).resolve() == ROOT / name
+    source = tmp_path / "source"
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    for path in listed.split():
+        if (ROOT / path).exists() or (ROOT / path).is_symlink():
+            (source / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / path, source / path, follow_symlinks=False)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(tmp_path), str(ROOT)], check=True,
+                    "--no-build-isolation", "-w", str(tmp_path), str(source)], check=True,
                    cwd=tmp_path, capture_output=True, timeout=300)
     names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
     shipped = {n for n in names if n.startswith(("launcher/conf/", "launcher/recipes/"))}
     expected = {f"launcher/{p.relative_to(ROOT)}" for name in ("conf", "recipes")
                 for p in (ROOT / name).rglob("*") if p.suffix in (".yaml", ".py")}
     assert shipped == expected
+    # every module of the package ships, and nothing else: a stage folder missing from
+    # pyproject.toml's packages would leave `launch` on an installed wheel without it
+    modules = {str(p.relative_to(ROOT)) for folder in ("launcher", "hydra_plugins")
+               for p in (ROOT / folder).rglob("*.py")
+               if not {"conf", "recipes"} & set(p.relative_to(ROOT).parts)}
+    assert {n for n in names if n.endswith(".py") and n not in shipped
+            and not n.startswith("launcher/hardware/")} == modules  # hardware: data, a link
