@@ -2,9 +2,8 @@
 Megatron-LM command), one line per job (its cell, its repeat, its result, and the sweep's
 progress: time so far and about how much is left), its total time, the closing results table,
 where to look at every run at once, and a tuning sweep's tuned recipe, at the end; a sweep
-refused as a whole. The one exception: Slurm's own lines (a job submitted, pending or given up,
-and a dry run's "no Slurm answers here") are printed by slurm.py and submit.py while they ask
-Slurm, which this module's imports of the plan and results keep from importing it.
+refused as a whole; Slurm's word while it is asked (a job submitted, pending or given up, a dry
+run's "no Slurm answers here"); `launch-report`'s usage.
 
 A job's own output (Hydra's launch line with the job's overrides, the run's start line, its
 dashboards' lines, every rank's warnings, what libraries below Python print) goes to
@@ -189,6 +188,38 @@ def print_no_valid_cell(plan: Plan) -> None:
 
 def print_dry_run_end() -> None:
     print("[sweep] dry run: nothing started")
+
+
+def print_slurm_silent(err: Exception) -> None:
+    """A dry run's note where no Slurm answers (its checks of the partition and the job skipped)."""
+    print(f"[sweep] no Slurm answers here ({err}): the partition and the job are not "
+          "checked in this dry run", flush=True)
+
+
+def print_test_only_silent(err: Exception) -> None:
+    print(f"[sweep] sbatch --test-only did not answer ({str(err).splitlines()[0]}): the "
+          "job is not checked before submitting", flush=True)
+
+
+def print_submitted(job_id: str, name: str) -> None:
+    print(f"[sweep] submitted job {job_id}: {name}", flush=True)
+
+
+def print_slurm_line(text: str) -> None:
+    """Slurm's word on one job: not submitted, or given up (its reason)."""
+    print(f"[sweep] {text}", flush=True)
+
+
+def print_pending(job_id: str, name: str, waited_s: float, reason: str,
+                  pending_limit_s: float) -> None:
+    print(f"[sweep] job {job_id} ({name}) pending for {waited_s / 60:.0f} min: "
+          f"{reason}; gives up after sweep.pending_limit_min={pending_limit_s / 60:g}",
+          flush=True)
+
+
+def print_report_usage() -> None:
+    print("usage: launch-report SWEEP_DIR  (the directory a `launch -m` sweep wrote)",
+          file=sys.stderr)
 
 
 def predicted_order(cells: list) -> List[str]:

@@ -28,6 +28,7 @@ from launcher.sweep.grid import bare_key, canonical
 from launcher.sweep.plan import Plan, build_plan
 from launcher.sweep.race import replay
 from launcher.sweep.schedule import schedule
+from launcher.sweep.settings import check_sweep
 from launcher.sweep.slurm import is_submitit
 from launcher.sweep.submit import JobEnded
 
@@ -171,6 +172,7 @@ def run_sweep(master: DictConfig, config_loader, make_launcher, params: dict,
         return config_loader.load_sweep_config(master, overrides)
 
     try:
+        check_sweep(master, fixed + list(arguments))
         plan = build_plan(master, load, fixed + list(arguments), config_loader)
     except (ConfigError, SweepError) as err:
         print_refusal(str(err))

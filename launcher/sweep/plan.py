@@ -13,13 +13,10 @@ from typing import Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import ConfigError, SweepConfig
-from launcher.config.effect import check_sweep_section, given_keys
-from launcher.config.values import check_values
 from launcher.sweep.grid import (
     CellComposer, canonical, cell_id, compose_cell, expand_grid, swept_values,
 )
 from launcher.sweep.names import label
-from launcher.sweep.slurm import check_launcher, is_slurm
 
 PLAN_FILE = "plan.json"
 
@@ -88,14 +85,9 @@ def swept_keys(sweep_dir: str) -> List[str]:
 
 
 def build_plan(master: DictConfig, load, arguments: List[str], config_loader=None) -> Plan:
-    """Expands and validates the whole grid; raises SweepError/ConfigError for the sweep as a whole.
-    The sweep section's values are checked first: the schedule holds every repeat."""
-    check_values(OmegaConf.to_container(master.sweep, resolve=True), SweepConfig, "sweep.")
+    """Expands and validates the whole grid, once the sweep's own settings have passed
+    (launcher.sweep.settings.check_sweep); raises SweepError/ConfigError for the sweep as a whole."""
     sweep: SweepConfig = OmegaConf.to_object(master.sweep)
-    check_sweep_section(sweep, master.hydra.runtime.choices.get("hydra/launcher"),
-                        is_slurm(master.hydra.launcher), given_keys(arguments))
-    check_sweep_dir(str(master.hydra.sweep.dir))
-    check_launcher(master.hydra.launcher, master.runtime.dry_run)
     keys, grid = expand_grid(arguments, config_loader)
     if config_loader is not None:
         load = CellComposer(load, config_loader)
@@ -117,16 +109,6 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     return Plan(name, sweep_dir, keys, sweep.repeats, sweep.seed, baseline, group, cells,
                 sweep.tune, sweep.min_repeats, sweep.memory_limit_gib,
                 sweep.allow_numerics_change)
-
-
-def check_sweep_dir(sweep_dir: str) -> None:
-    """The sweep's folder can be made and written: refused before the plan, not after it."""
-    from launcher.files import unwritable
-
-    why = unwritable(sweep_dir)
-    if why:
-        raise ConfigError(f"hydra.sweep.dir={sweep_dir} cannot be written ({why}); set "
-                          "hydra.sweep.dir to a writable directory")
 
 
 def dotted(tree: dict, prefix: str = "") -> dict:

@@ -11,7 +11,7 @@ import sys
 
 from launcher.files import write_bytes_atomic, write_text_atomic
 from launcher.sweep.charts import draw
-from launcher.sweep.console import print_results
+from launcher.sweep.console import print_refusal, print_report_usage, print_results
 from launcher.sweep.page import page
 from launcher.sweep.results import Results, collect
 from launcher.sweep.tables import write_tables
@@ -37,13 +37,12 @@ def main(argv=None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: launch-report SWEEP_DIR  (the directory a `launch -m` sweep wrote)",
-              file=sys.stderr)
+        print_report_usage()
         sys.exit(2)
     folder = args[0]
     if not os.path.isfile(os.path.join(folder, PLAN_FILE)):
-        print(f"error: {folder} has no {PLAN_FILE}; give the directory of a `launch -m` sweep "
-              "(hydra.sweep.dir)", file=sys.stderr)
+        print_refusal(f"{folder} has no {PLAN_FILE}; give the directory of a `launch -m` sweep "
+                      "(hydra.sweep.dir)")
         sys.exit(2)
     results = collect(Plan.load(folder))
     print_results(results, write_all(results))

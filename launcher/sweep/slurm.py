@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from launcher.preflight.ranks import is_submitit
 from launcher.config.values import shown
+from launcher.sweep.console import print_slurm_silent, print_test_only_silent
 from launcher.sweep.error import SweepError
 
 # How long sinfo and `sbatch --test-only` may take: a controller answers within its
@@ -81,8 +82,7 @@ def check_launcher(launcher: DictConfig, dry_run: bool) -> None:
             raise SweepError(f"hydra.launcher submits to Slurm, but no Slurm answers here ({err}); "
                              "run the sweep where sinfo and sbatch reach the cluster (a login "
                              "node, SLURM_CONF), or use hydra/launcher=submitit_local")
-        print(f"[sweep] no Slurm answers here ({err}): the partition and the job are not "
-              "checked in this dry run", flush=True)
+        print_slurm_silent(err)
         return
     check_test_only(launcher)
 
@@ -213,8 +213,7 @@ def check_test_only(launcher: DictConfig) -> None:
             proc = subprocess.run(["sbatch", "--test-only", f.name], capture_output=True,
                                   text=True, timeout=SINFO_TIMEOUT_S)
         except (subprocess.SubprocessError, OSError) as err:
-            print(f"[sweep] sbatch --test-only did not answer ({str(err).splitlines()[0]}): the "
-                  "job is not checked before submitting", flush=True)
+            print_test_only_silent(err)
             return
     if proc.returncode != 0:
         words = " ".join(proc.stderr.replace("sbatch: error:", "").split()) or "no reason given"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from launcher.preflight.ranks import rank_overrides
+from launcher.sweep.console import print_pending, print_slurm_line, print_submitted
 from launcher.sweep.slurm import executor_for
 
 POLL_S = 10  # one sacct call for all of a round's jobs
@@ -77,7 +78,7 @@ def launch(launcher, batch: Sequence[List[str]], first_index: int, names: Sequen
         except (RuntimeError, OSError) as err:  # sbatch's refusal: submitit's FailedJobError
             submitted.append(refused(name, err))
             continue
-        print(f"[sweep] submitted job {job.job_id}: {name}", flush=True)
+        print_submitted(job.job_id, name)
         submitted.append(Submitted(job, name, time.monotonic()))
     wait([s for s in submitted if s.job], launcher._EXECUTOR == "slurm", 60 * pending_limit_min)
     return [(outcome(s, launcher.params.get("timeout_min"), launcher._EXECUTOR == "slurm"),
@@ -89,7 +90,7 @@ def refused(name: str, err: Exception) -> Submitted:
     the round's other jobs still go."""
     words = " ".join(str(err).split()) or type(err).__name__
     why = f"the job {name} was not submitted: {words}"
-    print(f"[sweep] {why}", flush=True)
+    print_slurm_line(why)
     return Submitted(None, name, time.monotonic(), gave_up=why)
 
 
@@ -122,12 +123,10 @@ def watch_pending(s: Submitted, now: float, pending_limit_s: float) -> None:
         s.gave_up = (f"job {s.job.job_id} ({s.name}) pended {waited / 60:.1f} min (Slurm's "
                      f"reason: {reason}), past sweep.pending_limit_min={pending_limit_s / 60:g}; "
                      "the sweep cancelled it: ask for what the partition has, or raise the limit")
-        print(f"[sweep] {s.gave_up}", flush=True)
+        print_slurm_line(s.gave_up)
     elif now - s.printed >= PENDING_PRINT_S:
         s.printed = now
-        print(f"[sweep] job {s.job.job_id} ({s.name}) pending for {waited / 60:.0f} min: "
-              f"{reason}; gives up after sweep.pending_limit_min={pending_limit_s / 60:g}",
-              flush=True)
+        print_pending(s.job.job_id, s.name, waited, reason, pending_limit_s)
 
 
 def squeue(job_id: str, field: str) -> str:

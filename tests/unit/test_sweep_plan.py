@@ -14,6 +14,7 @@ from launcher.cli import register_configs
 from launcher.config import ConfigError
 from launcher.sweep.error import SweepError
 from launcher.sweep.plan import build_plan
+from launcher.sweep.settings import check_sweep
 from launcher.sweep.slurm import gpu_count
 
 register_configs()
@@ -27,8 +28,10 @@ def plan_for(*command_line):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration("config", [RECIPE, *command_line], RunMode.MULTIRUN)
         params = [f"{k}={v}" for k, v in master.hydra.sweeper.params.items()]
+        arguments = [*params, RECIPE, *command_line]
+        check_sweep(master, arguments)  # as the driver does, first
         return build_plan(master, lambda overrides: loader.load_sweep_config(master, overrides),
-                          [*params, RECIPE, *command_line], loader)
+                          arguments, loader)
 
 
 def by_values(plan):
