@@ -6,7 +6,10 @@ cell's overrides (the swept values and what the command line fixed: what was mea
 groups as defaults overrides. The comments give the evidence: the speedup against the baseline
 with its interval, the runs of each cell, the device, the date and megatron-core's version. The
 chosen cell is the race's fastest survivor, unless it is within noise of the baseline (or is the
-baseline): then the baseline's values are kept, and the recipe says so. Unless
+baseline): then the baseline's values are kept, and the recipe says so. A baseline the race
+dropped (its throughput interval wholly below the best cell's, its run failed, or its memory
+above sweep.memory_limit_gib) is not kept: the race told it apart from the cells left, and the
+paired interval over as few as two pairs is not asked again. Unless
 sweep.allow_numerics_change, only a cell that trains like the baseline (its losses identical or
 close, launcher.sweep.numerics) may be chosen: a faster cell refused for its losses is named in
 the recipe and on the console, and the fastest of the others (or the baseline) is kept.
@@ -20,6 +23,7 @@ import yaml
 
 from launcher.files import write_text_atomic
 from launcher.sweep.numerics import from_row
+from launcher.sweep.race import Drop
 from launcher import summary as run_summary
 from launcher.sweep.folders import attempts
 from launcher.sweep.grid import UNMEASURED, bare_key
@@ -51,7 +55,8 @@ def choose(results: Results) -> tuple:
     if best is None:
         return None, fastest, (f"{said}; no cell that trains like the baseline finished ok: fix "
                                "the baseline, or set sweep.allow_numerics_change=true")
-    chosen, why = against_baseline(best, baseline, others=bool(refused))
+    dropped = race.dropped.get(baseline["cell"]) if race and baseline else None
+    chosen, why = against_baseline(best, baseline, others=bool(refused), dropped=dropped)
     return chosen, fastest, f"{said}. {why}" if said else why
 
 
@@ -76,12 +81,17 @@ def refusal(refused: list) -> str:
             f"though faster: {cells}")
 
 
-def against_baseline(best: dict, baseline: Optional[dict], others: bool) -> tuple:
+def against_baseline(best: dict, baseline: Optional[dict], others: bool,
+                     dropped: Optional[Drop] = None) -> tuple:
     """(the chosen row, why): `best` unless it is not significantly faster than the baseline.
-    `others`: faster cells were refused, so `best` is the fastest of the others."""
+    `others`: faster cells were refused, so `best` is the fastest of the others. `dropped`: why
+    the race dropped the baseline; it told the two apart, and no second test is asked."""
     fastest = "the fastest of the others" if others else "the fastest cell"
     if best["baseline"]:
         return best, f"The baseline is {fastest}"
+    if dropped is not None:
+        return best, (f"{fastest.capitalize()}, {best['label']}, is chosen over the baseline, "
+                      f"which {dropped.reason} (speedup {display(best, 'speedup')})")
     if baseline is not None and not significant(best):
         why = "one run on a side" if best["step_noise_only"] else "within noise"
         return baseline, (f"{fastest.capitalize()}, {best['label']}, is not significantly faster "

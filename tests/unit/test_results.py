@@ -236,3 +236,29 @@ def test_the_tuned_recipe_leaves_out_what_has_no_effect_in_the_chosen_cell(tmp_p
             "cuda_graph.impl=none") in text
     recipe = text.split("defaults:")[1]
     assert "warmup_steps" not in recipe and "impl: none" in recipe and "lr: 0.002" in recipe
+
+
+def test_a_baseline_the_race_dropped_is_not_kept(tmp_path):
+    """The race drops the baseline after round 2 (its interval wholly below the fast cell's),
+    though the two pairs' ratios (2.0, 1.2) are too far apart for a t interval over two pairs to
+    exclude 1.0: the recipe takes the fast cell, as the race decided, and says why."""
+    from launcher.sweep import tuned
+
+    cells = [Cell(name, name, {KEYS[0]: name}, [f"{KEYS[0]}={name}"], True, "")
+             for name in ("base", "fast")]
+    plan = Plan("race", str(tmp_path), KEYS, 3, 0, "base", "race", cells, tune=True,
+                min_repeats=2, allow_numerics_change=True)  # hand-made runs hold no losses
+    for repeat, speedup in enumerate((2.0, 1.2)):
+        write_run(tmp_path, "base", repeat, 0, summary(STEPS))
+        write_run(tmp_path, "fast", repeat, 0, summary([t / speedup for t in STEPS]))
+    results = collect(plan)
+    assert results.race.dropped["base"].reason.startswith("dropped after round 2")
+    rows = {r["cell"]: r for r in results.rows}
+    assert rows["fast"]["within_noise"]  # the paired test alone would keep the baseline
+    chosen, _, why = tuned.choose(results)
+    assert chosen["cell"] == "fast"
+    assert why.startswith("The fastest cell, fast, is chosen over the baseline, which dropped "
+                          "after round 2: its throughput interval [4,975, 5,025] tokens/s/GPU "
+                          "lies wholly below the best cell's")
+    assert why.endswith("(speedup 1.549 [0.060, 39.766], within noise)")
+    assert "# Chosen: fast." in tuned.recipe_text(results, "tiny_cpu", [])
