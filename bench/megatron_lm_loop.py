@@ -106,9 +106,9 @@ from functools import partial
 import torch
 
 ON_CPU = not torch.cuda.is_available()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ON_CPU:
     # The CPU layer must be active before megatron is imported (it is never used with CUDA).
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from launcher.run import cpu_compat, gloo
 
     cpu_compat.activate()
@@ -141,6 +141,7 @@ from megatron.core.utils import (  # noqa: E402
 )
 from megatron.training import get_args, get_timers, pretrain  # noqa: E402
 from megatron.training import initialize as mlm_initialize  # noqa: E402
+from megatron.training import checkpointing as mlm_checkpointing  # noqa: E402
 from megatron.training import training as mlm_training  # noqa: E402
 from megatron.training.argument_utils import (  # noqa: E402
     gpt_config_from_args,
@@ -332,6 +333,36 @@ def keeping_cpu_rng(function):
     return keeping
 
 
+def filling_missing_optimizer_state():
+    """megatron.training.checkpointing's fsdp_dtensor save and load with each rank's optimizer
+    state completed first, as the launcher saves (launcher/run/checkpoint.py
+    fill_missing_optimizer_state): a rank whose shard of a parameter is empty keeps no Adam state
+    for it, the ranks then hold different sets of DTensors, and the per-DTensor collectives of
+    preprocess_state_dict_for_uneven_dtensor fall out of step and hang on 2 ranks or more
+    (Megatron-LM issue #4910, open). generate_state_dict is wrapped to see the optimizer it is
+    given; preprocess_fsdp_dtensor_state_dict gets the state with the empty DTensors added (a
+    copy: filling the optimizer's own dict would break the load). Nothing else changes."""
+    from launcher.run.checkpoint import fill_missing_optimizer_state
+
+    seen = {}
+    generate, preprocess = (mlm_checkpointing.generate_state_dict,
+                            mlm_checkpointing.preprocess_fsdp_dtensor_state_dict)
+
+    def generate_state_dict(args, model, optimizer, *rest, **kwargs):
+        seen["optimizer"] = optimizer
+        return generate(args, model, optimizer, *rest, **kwargs)
+
+    def preprocess_fsdp_dtensor_state_dict(args, raw_state_dict, model):
+        optimizer = seen.get("optimizer")
+        if optimizer is not None and "optimizer" in raw_state_dict:
+            raw_state_dict = dict(raw_state_dict, optimizer=fill_missing_optimizer_state(
+                optimizer, raw_state_dict["optimizer"]))
+        return preprocess(args, raw_state_dict, model)
+
+    mlm_checkpointing.generate_state_dict = generate_state_dict
+    mlm_checkpointing.preprocess_fsdp_dtensor_state_dict = preprocess_fsdp_dtensor_state_dict
+
+
 class _LogTee:
     """Passes stdout through unchanged and keeps the two figures of each line megatron's
     training_log prints (print_rank_last, i.e. on the last rank): the least invasive way to take
@@ -397,6 +428,8 @@ def main():
         for step in ("set_jit_fusion_options", "build_train_valid_test_data_iterators"):
             setattr(mlm_training, step, keeping_cpu_rng(getattr(mlm_training, step)))
     steps = mlm_training.train_step = _StepRecord(mlm_training.train_step)
+    if args.save or args.load:
+        filling_missing_optimizer_state()
     # initialize_megatron's _compile_dependencies runs `make` in megatron/core/datasets/ to build
     # helpers_cpp; the wheel ships it prebuilt and no Makefile, so that `make` fails and exits. It
     # is imported to show it loads, and the build step is skipped.

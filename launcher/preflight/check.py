@@ -65,7 +65,7 @@ def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]
     if cfg.data.kind == DataKind.indexed:
         check_dataset(cfg)
     cfg = with_vocab(cfg)  # before anything compares the model section
-    resume_from = check_checkpoints(cfg, run_dir)
+    resume_from = check_checkpoints(cfg, world, run_dir)
     check_folders(cfg.logging, cfg.data)
     check_login(cfg)
     if here:
@@ -142,15 +142,15 @@ def check_login(cfg: Config) -> None:
     once(("wandb", wandb.mode), lambda: check_wandb_login(wandb))
 
 
-def check_checkpoints(cfg: Config, run_dir: Optional[str]) -> Optional[str]:
-    """The resume point (a checkpoint of this model that leaves steps to run), and a writable
-    folder for the checkpoints the run will save."""
+def check_checkpoints(cfg: Config, world: World, run_dir: Optional[str]) -> Optional[str]:
+    """The resume point (a checkpoint of this model and world that leaves steps to run), and a
+    writable folder for the checkpoints the run will save."""
     ckpt = cfg.train.checkpoint
     if run_dir is None and not ckpt.dir:  # a planned cell: its folder does not exist yet
         if ckpt.resume in (None, "auto"):
             return None  # auto finds nothing in a folder that is not made yet
-        return resume.resume_point(cfg.train, cfg.model, "")
-    resume_from = resume.resume_point(cfg.train, cfg.model, run_dir or "")
+        return resume.resume_point(cfg.train, cfg.model, world.size, "")
+    resume_from = resume.resume_point(cfg.train, cfg.model, world.size, run_dir or "")
     resume.check_writable(ckpt, run_dir or "")
     return resume_from
 

@@ -9,6 +9,7 @@ in flags, `notes` says how it travels (the switch has no flag in Megatron-LM), o
 differ (the launcher's mock data is not Megatron-LM's).
 """
 
+import os
 import shlex
 from typing import List
 
@@ -17,6 +18,7 @@ from launcher.config import (
     PositionEmbedding, Precision,
 )
 from launcher.preflight.fusions import Fusions, Kernels, no_effect
+from launcher.preflight.resume import PATTERN
 
 # fusion key: the flag that turns it off in Megatron-LM (bias_activation: by activation)
 NO_FUSION = {"masked_softmax": "--no-masked-softmax-fusion",
@@ -177,7 +179,25 @@ def train_flags(cfg: Config) -> list:
             out.append("--grad-reduce-in-bf16")
     if not t.nan_grad_check(cfg.cuda_graph.enabled):
         out.append("--no-check-for-nan-in-loss-and-grad")
-    return out + fp8_flags(t.fp8)
+    return out + fp8_flags(t.fp8) + checkpoint_flags(cfg)
+
+
+def checkpoint_flags(cfg: Config) -> list:
+    """train.checkpoint as --save/--save-interval and --load (the same layout both ways:
+    launcher.preflight.resume); a resume path to one iter_NNNNNNN folder is its parent with
+    --ckpt-step. Where train.checkpoint.dir is unset the run's own folder holds them, which is
+    only known at launch: set it for the command to name it."""
+    ck, out = cfg.train.checkpoint, []
+    if ck.dir and ck.interval:
+        out += ["--save", ck.dir, "--save-interval", ck.interval]
+    if ck.resume == "auto" and ck.dir:
+        out += ["--load", ck.dir]
+    elif ck.resume not in (None, "auto"):
+        folder = ck.resume.rstrip("/")
+        step = PATTERN.fullmatch(os.path.basename(folder))
+        out += (["--load", os.path.dirname(folder), "--ckpt-step", int(step.group(1))] if step
+                else ["--load", folder])
+    return out
 
 
 def fp8_flags(fp8: Fp8Config) -> list:

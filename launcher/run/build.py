@@ -274,22 +274,27 @@ def layer_spec_module(model: ModelConfig, config: TransformerConfig):
 
 
 def build_optimizer(wrapped, train: TrainConfig, fsdp: FsdpConfig):
-    """megatron-core's DistributedOptimizer over the M-FSDP model, and its LR scheduler."""
+    """megatron-core's DistributedOptimizer over the M-FSDP model, and its LR scheduler. The
+    scheduler counts samples, as Megatron-LM's get_optimizer_param_scheduler sets it up with
+    --train-iters (megatron/training/training.py: warmup, decay and weight-decay steps are
+    iterations x global batch, and train_step steps it by the global batch), so its state is the
+    one a Megatron-LM checkpoint holds and either side resumes the other's."""
     optimizer = get_megatron_optimizer(optimizer_config(train, fsdp), [wrapped])
     decay_style = train.lr_schedule.value
+    samples = train.global_batch_size
     scheduler = OptimizerParamScheduler(
         optimizer,
         init_lr=0.0 if train.lr_warmup_steps else train.lr,
         max_lr=train.lr,
         min_lr=train.min_lr,
-        lr_warmup_steps=train.lr_warmup_steps,
+        lr_warmup_steps=train.lr_warmup_steps * samples,
         # megatron's scheduler needs warmup < decay steps: a run shorter than its warmup gets
         # the decay put after its end, so each of its steps has the LR train.lr_warmup_steps gives
-        lr_decay_steps=max(train.steps, train.lr_warmup_steps + 1),
+        lr_decay_steps=max(train.steps, train.lr_warmup_steps + 1) * samples,
         lr_decay_style=decay_style,
         start_wd=train.weight_decay,
         end_wd=train.weight_decay,
-        wd_incr_steps=train.steps,
+        wd_incr_steps=train.steps * samples,
         wd_incr_style="constant",
     )
     return optimizer, scheduler

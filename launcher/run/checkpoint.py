@@ -1,27 +1,39 @@
-"""Checkpoints in Megatron-FSDP's own format, `fsdp_dtensor`, through megatron-core.
+"""Checkpoints in Megatron-FSDP's own format, `fsdp_dtensor`, through megatron-core, in
+Megatron-LM's layout: `pretrain --load DIR --ckpt-format fsdp_dtensor` resumes the launcher's, and
+the launcher resumes Megatron-LM's (train.checkpoint.resume=DIR).
 
 What Megatron-LM does for `--ckpt-format fsdp_dtensor` (megatron/training/checkpointing.py:
 generate_state_dict, preprocess_fsdp_dtensor_state_dict, torch.distributed.checkpoint save/load,
 then the model, optimizer and scheduler load_state_dict): every rank writes its own shards
-(DCP), rank-parallel. A checkpoint is complete or absent: the ranks write into
-`<dir>/.incomplete-step_NNNNNNN`, and rank 0 renames it to `step_NNNNNNN` only after every rank has
-finished and `launcher.json` (the step, the model section, the world) is written atomically.
+(DCP), rank-parallel, under the same keys (args, iteration, checkpoint_version, model, optimizer,
+opt_param_scheduler, rng_state, num_floating_point_operations_so_far). `args` is the run as
+Megatron-LM's parser reads the flags `runtime.print_megatron_lm=true` prints, with what its loop
+counts (consumed samples, world size). A checkpoint is complete or absent: the ranks write into
+`<dir>/.incomplete-iter_NNNNNNN`, and rank 0 renames it to `iter_NNNNNNN` only after every rank
+has finished and `launcher.json` (the step, the model section, the world) is written atomically,
+then writes `latest_checkpointed_iteration.txt`, as Megatron-LM does after its save.
 
 `Checkpoints` is a run's side of it: the folder it saves into, what it saved there and what it
 resumed from. The checks that need no torch (which checkpoint to resume, is it complete and of
 this model, can the folder be written) are launcher.preflight.resume's, run in the `launch`
-process.
+process; a Megatron-LM checkpoint's model and world are checked here, from its args.
 """
 
 import os
 import shutil
 
-from typing import List, Optional
+from typing import Callable, List, Optional
 
-from launcher.config import CheckpointConfig, ModelConfig
-from launcher.preflight.resume import MARKER, checkpoint_dir, step_dir, vars_of
+from launcher.config import Config
+from launcher.files import write_text_atomic
+from launcher.preflight.fusions import Fusions
+from launcher.preflight.resume import MARKER, TRACKER, checkpoint_dir, is_legacy, iter_dir, \
+    vars_of
 
 FORMAT = "fsdp_dtensor"
+SCHEDULER_COUNTS = ("lr_warmup_steps", "num_steps", "lr_decay_steps", "wd_incr_steps")
+"""The scheduler's counts, in samples since checkpoints took Megatron-LM's layout (in steps in
+an earlier launcher's step_NNNNNNN checkpoints)."""
 
 
 class Checkpoints:
@@ -29,17 +41,22 @@ class Checkpoints:
     (train.checkpoint.dir, else the run's `checkpoints`), the checkpoints it `saved` there, and
     the one it `resumed_from`. Rank 0 says each on the console."""
 
-    def __init__(self, ckpt: CheckpointConfig, run_dir: str, rank: int, model, optimizer,
-                 scheduler):
-        self.folder, self.rank = checkpoint_dir(ckpt, run_dir), rank
-        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+    def __init__(self, cfg: Config, run_dir: str, rank: int, parts: tuple,
+                 args_at: Callable[[int], object]):
+        """`parts`: (model, optimizer, scheduler); `args_at(step)`: Megatron-LM's args at a step
+        (megatron_args)."""
+        self.cfg, self.args_at = cfg, args_at
+        self.folder, self.rank = checkpoint_dir(cfg.train.checkpoint, run_dir), rank
+        self.parts = parts
         self.saved: List[str] = []
         self.resumed_from: Optional[str] = None
 
-    def save(self, step: int, model_cfg: ModelConfig) -> None:
+    def save(self, step: int) -> None:
         """Collective: every rank calls it."""
         os.makedirs(self.folder, exist_ok=True)
-        path = save(self.folder, step, self.model, self.optimizer, self.scheduler, model_cfg)
+        extra = {"args": self.args_at(step),
+                 "num_floating_point_operations_so_far": step * flops_per_step(self.cfg)}
+        path = save(self.folder, step, self.parts, self.cfg, extra)
         self.saved.append(path)
         if self.rank == 0:
             print(f"[launch] checkpoint: {path}", flush=True)
@@ -49,37 +66,115 @@ class Checkpoints:
         self.resumed_from = path
         if not path:
             return 0
-        step = load(path, self.model, self.optimizer, self.scheduler)
+        if not os.path.exists(os.path.join(path, MARKER)):
+            check_megatron_lm_args(path, self.cfg)
+        step = load(path, self.parts, self.cfg.train.global_batch_size)
         if self.rank == 0:
             print(f"[launch] resumed from {path}: continuing at step {step + 1}", flush=True)
         return step
 
 
-def save(folder: str, step: int, model, optimizer, scheduler, model_cfg: ModelConfig) -> str:
-    """Collective: every rank calls it. Returns the checkpoint's directory."""
+def megatron_args(cfg: Config, fusions: Fusions, on_cpu: bool, step: int):
+    """The `args` Megatron-LM saves: its own parser's reading of the flags the launcher prints
+    for this run (launcher.preflight.megatron_lm), with what its training loop counts and
+    validate_args derives that its load reads back (megatron/training/checkpointing.py
+    load_checkpoint, check_checkpoint_args)."""
+    import argparse
+
+    import torch
+    from megatron.training.arguments import add_megatron_arguments
+
+    from launcher.preflight.megatron_lm import flags
+
+    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    args = parser.parse_args(flags(cfg, fusions, fusions.spec, on_cpu))
+    p, world = cfg.parallel, torch.distributed.get_world_size()
+    args.world_size, args.rank = world, 0
+    args.data_parallel_size = world // (p.tensor_model_parallel_size
+                                        * p.pipeline_model_parallel_size
+                                        * p.context_parallel_size)
+    args.padded_vocab_size = cfg.model.padded_vocab_size(p.tensor_model_parallel_size)
+    args.iteration = step
+    args.consumed_train_samples = step * cfg.train.global_batch_size
+    args.skipped_train_samples = 0
+    evals = step // cfg.train.eval_interval if cfg.train.eval_interval else 0
+    args.consumed_valid_samples = evals * cfg.train.eval_iters * cfg.train.global_batch_size
+    return args
+
+
+def flops_per_step(cfg: Config) -> float:
+    from launcher.estimate import flops
+
+    padded = cfg.model.padded_vocab_size(cfg.parallel.tensor_model_parallel_size)
+    return flops.flops_per_step(cfg.model, cfg.train.global_batch_size, padded)
+
+
+MODEL_ARGS = (("num_layers", "num_layers"), ("hidden_size", "hidden_size"),
+              ("num_attention_heads", "num_attention_heads"), ("ffn_hidden_size", "ffn_size"),
+              ("kv_channels", "head_channels"), ("seq_length", "seq_length"))
+"""Megatron-LM's args against the launcher's model section: a Megatron-LM checkpoint of
+another model is refused naming the first that differs."""
+
+
+def check_megatron_lm_args(path: str, cfg: Config) -> None:
+    """Collective. A Megatron-LM checkpoint's `args` against this run: the same model and the
+    same world, else a one-line refusal (CheckpointMismatch) naming what differs."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    state = {"args": None}
+    dcp.load(state_dict=state, checkpoint_id=path)
+    saved = state["args"]
+    ours = {"world_size": torch.distributed.get_world_size(),
+            "padded_vocab_size": cfg.model.padded_vocab_size(
+                cfg.parallel.tensor_model_parallel_size),
+            "num_experts": cfg.model.moe.num_experts,
+            **{theirs: getattr(cfg.model, mine) for theirs, mine in MODEL_ARGS}}
+    for name, value in ours.items():
+        held = getattr(saved, name, None)
+        if value and held and held != value:
+            key = "the world size" if name == "world_size" else f"--{name.replace('_', '-')}"
+            raise CheckpointMismatch(f"train.checkpoint.resume: {path} was saved by Megatron-LM "
+                                     f"with {key} {held}, this run has {value}; resume it with a "
+                                     "run of the same model and world")
+
+
+class CheckpointMismatch(RuntimeError):
+    """A Megatron-LM checkpoint of another model or world: refused before anything loads."""
+
+
+def save(folder: str, step: int, parts: tuple, cfg: Config, extra: dict) -> str:
+    """Collective: every rank calls it. Returns the checkpoint's directory. `parts`: (model,
+    optimizer, scheduler); `extra`: the keys
+    Megatron-LM saves beside the launcher's (args, num_floating_point_operations_so_far)."""
     import torch
     import torch.distributed.checkpoint as dcp
 
     from launcher.files import write_json_atomic
 
+    model, optimizer, scheduler = parts
     rank = torch.distributed.get_rank()
-    final = step_dir(folder, step)
-    partial = os.path.join(folder, f".incomplete-step_{step:07d}")
+    final = iter_dir(folder, step)
+    partial = os.path.join(folder, f".incomplete-iter_{step:07d}")
     if rank == 0:
         shutil.rmtree(partial, ignore_errors=True)  # left by a run killed while saving
         os.makedirs(partial)
     torch.distributed.barrier()
-    state = prepare(state_dict(model, optimizer, scheduler, step, loading=False), model, optimizer)
+    state = prepare(dict(state_dict(model, optimizer, scheduler, step, loading=False), **extra),
+                    model, optimizer)
     try:
         # DCP gathers every rank's write result: a rank that fails fails them all alike.
         dcp.save(state_dict=state, storage_writer=dcp.FileSystemWriter(partial))
         torch.distributed.barrier()  # every rank has written its shards
         if rank == 0:
             write_json_atomic(os.path.join(partial, MARKER), {
-                "step": step, "format": FORMAT, "model": vars_of(model_cfg),
+                "step": step, "format": FORMAT, "model": vars_of(cfg.model),
                 "world_size": torch.distributed.get_world_size()})
+            if os.path.isdir(final):  # a checkpoint of a run that went this far before
+                shutil.rmtree(final)
             os.replace(partial, final)
             fsync_dir(folder)
+            write_text_atomic(os.path.join(folder, TRACKER), str(step))
     except (OSError, dcp.api.CheckpointException) as err:
         raise CheckpointError(f"train.checkpoint: step {step} could not be written to {folder} "
                               f"({os_reason(err)}); free space there or set train.checkpoint.dir "
@@ -104,11 +199,14 @@ def os_reason(err: Exception) -> str:
     return str(err).strip().splitlines()[0]
 
 
-def load(path: str, model, optimizer, scheduler) -> int:
-    """Collective. Restores model, optimizer, scheduler and RNG; returns the saved step."""
+def load(path: str, parts: tuple, global_batch_size: int) -> int:
+    """Collective. Restores model, optimizer, scheduler and RNG; returns the saved step. An
+    earlier launcher's checkpoint (step_NNNNNNN) counted the scheduler in steps: its counts are
+    converted to samples, as this run's scheduler counts."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
+    model, optimizer, scheduler = parts
     state = state_dict(model, optimizer, scheduler, 0, loading=True)
     model_state, optimizer_state = dict(state["model"]), dict(state["optimizer"])
     state = prepare(state, model, optimizer)
@@ -122,7 +220,10 @@ def load(path: str, model, optimizer, scheduler) -> int:
         raise RuntimeError(f"checkpoint {path} does not fit the model: missing {missing[:3]}, "
                            f"unexpected {result.unexpected_keys[:3]}")
     optimizer.load_state_dict(optimizer_state)
-    scheduler.load_state_dict(state["opt_param_scheduler"])
+    saved = dict(state["opt_param_scheduler"])
+    if is_legacy(path):
+        saved.update({k: saved[k] * global_batch_size for k in SCHEDULER_COUNTS})
+    scheduler.load_state_dict(saved)
     set_rng_state(state["rng_state"])
     return int(state["iteration"])
 

@@ -10,13 +10,14 @@ outside any graph, as in Megatron-LM.
 
 import math
 import time
+from functools import partial
 from typing import Callable, Optional
 
 import torch
 
 from launcher.config import Config
 from launcher.run import build, experts, graphs, profile, rank_setup, record
-from launcher.run.checkpoint import Checkpoints
+from launcher.run.checkpoint import Checkpoints, megatron_args
 from launcher.run.failures import classify_failure
 from launcher.run.first_group import FirstGroupProbe
 from launcher.run.forward import forward_step, mean_loss
@@ -47,8 +48,9 @@ class Trainer:
                                    on_cpu), flush=True)
         self.model, self.optimizer, self.scheduler = build.build_all(cfg, self.fusions, on_cpu)
         self.probe = FirstGroupProbe(self.model, timed=cfg.logging.measure_first_group)
-        self.checkpoints = Checkpoints(cfg.train.checkpoint, run_dir, layout.rank, self.model,
-                                       self.optimizer, self.scheduler)
+        self.checkpoints = Checkpoints(
+            cfg, run_dir, layout.rank, (self.model, self.optimizer, self.scheduler),
+            partial(megatron_args, cfg, self.fusions, on_cpu))
         self.first_step = 1 + self.checkpoints.resume(resume_from)
         self.batch = rank_setup.Batch.of(cfg)
         self.data, self.valid_data = rank_setup.build_microbatches(
@@ -79,7 +81,7 @@ class Trainer:
                 if self.due(step, self.cfg.train.eval_interval):
                     self.recorder.on_eval(step, self.evaluate())
                 if self.due(step, self.cfg.train.checkpoint.interval):
-                    self.checkpoints.save(step, self.cfg.model)
+                    self.checkpoints.save(step)
             summary = self.recorder.finish(self.model, self.hosts, self.probe, self.window,
                                            self.checkpoints)
             status = "ok"
@@ -113,7 +115,7 @@ class Trainer:
             # stops here and no checkpoint holds it (train.check_nan_in_grad catches it before)
             raise NonFiniteError(f"step {step}: the gradient norm is non-finite ({grad_norm}); "
                                  "stopped, no checkpoint holds this step")
-        self.scheduler.step(increment=1)
+        self.scheduler.step(increment=self.cfg.train.global_batch_size)  # samples, as Megatron-LM
         return record.StepResult(loss, None if grad_norm is None else float(grad_norm), lr,
                                  skipped=not applied)
 

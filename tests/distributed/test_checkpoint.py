@@ -59,18 +59,20 @@ def test_killed_run_resumes_with_the_same_loss_curve(tmp_path, recipe, ranks):
     os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank, mid-training
     proc.wait()
     assert not (run_dir / "summary.json").exists()
-    assert (run_dir / "checkpoints" / "step_0000003" / "launcher.json").exists()
+    assert (run_dir / "checkpoints" / "iter_0000003" / "launcher.json").exists()
 
     again = subprocess.run(same_command, capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from" in again.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["resumed_from"].endswith(
-        ("step_0000003", "step_0000006"))
+        ("iter_0000003", "iter_0000006"))
     resumed, order = losses(run_dir)
     expected, _ = losses(reference)
     assert order == list(range(1, 11))  # the redone steps are not duplicated
     assert resumed == expected  # bit for bit
-    complete = sorted((run_dir / "checkpoints").glob("step_*"))
-    assert complete[-1].name == "step_0000010"
+    complete = sorted((run_dir / "checkpoints").glob("iter_*"))
+    assert complete[-1].name == "iter_0000010"
     assert all((c / "launcher.json").exists() and (c / ".metadata").exists() for c in complete)
+    # Megatron-LM's tracker names the newest, as its --load reads it
+    assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "10"

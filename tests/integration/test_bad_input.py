@@ -361,7 +361,7 @@ def saved(tmp_path_factory):
                     "logging.wandb.mode=disabled", f"hydra.run.dir={root / 'run'}"],
                    check=True, capture_output=True, timeout=600,
                    env=dict(os.environ, HOME=str(root / "home")))
-    return root / "run" / "checkpoints" / "step_0000004"
+    return root / "run" / "checkpoints" / "iter_0000004"
 
 
 def spoil_marker(ckpt):
@@ -372,16 +372,21 @@ def drop_metadata(ckpt):
     (ckpt / ".metadata").unlink()
 
 
-def drop_marker(ckpt):
+def foreign(ckpt):
+    """A DCP folder of neither side: no launcher.json, not named iter_NNNNNNN."""
     (ckpt / "launcher.json").unlink()
+    return ckpt.rename(ckpt.parent / "weights")
 
 
 RESUME_CASES = [
     (spoil_marker, [], "is unreadable or corrupt"),
-    (drop_metadata, [], "is incomplete (no .metadata); remove it"),
-    (drop_marker, [], "is not a checkpoint of this launcher (no launcher.json)"),
+    (drop_metadata, [], "is incomplete or not a checkpoint (no .metadata); remove it"),
+    (foreign, [], "is not a checkpoint of this launcher or of Megatron-LM (no launcher.json, "
+                  "not named iter_NNNNNNN)"),
     (None, ["model.hidden_size=128"], "holds a different model (model.hidden_size=64, this run: "
                                       "model.hidden_size=128)"),
+    (None, ["runtime.nproc_per_node=2"], "was saved by 1 rank and this run has 2 ranks; resume "
+                                         "it with 1 rank (runtime.nproc_per_node x "),
     (None, ["train.steps=4"], "leaves nothing to run; raise train.steps"),
 ]
 
@@ -394,11 +399,11 @@ def test_resume_from_a_corrupt_or_foreign_checkpoint_is_refused(saved, tmp_path,
 
     folder = tmp_path / "ckpts"
     shutil.copytree(saved, folder / saved.name)
-    if spoil:
-        spoil(folder / saved.name)
+    path = spoil(folder / saved.name) if spoil else None
     run_dir = tmp_path / "run"
     proc = subprocess.run([LAUNCH, "+recipe=tiny_cpu", "train.steps=8",
-                           "train.checkpoint.resume=auto", f"train.checkpoint.dir={folder}",
+                           f"train.checkpoint.resume={path or 'auto'}",
+                           f"train.checkpoint.dir={folder}",
                            *overrides, f"hydra.run.dir={run_dir}"], capture_output=True,
                           text=True, timeout=300, env=dict(os.environ, HOME=str(tmp_path)))
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -423,7 +428,7 @@ def test_a_full_disk_fails_the_checkpoint_and_leaves_none_visible(tmp_path):
     assert "train.checkpoint: step 3 could not be written to" in last
     assert "(File too large); free space there or set train.checkpoint.dir" in last
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert not list((run_dir / "checkpoints").glob("step_*"))
+    assert not list((run_dir / "checkpoints").glob("iter_*"))
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "error"
 
 
