@@ -107,7 +107,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parent.parent
 SETUP = ("make ", ".venv/bin/python -m pytest")  # the commands that make and test the .venv
 CPU_RUNS = ("+recipe=tiny_cpu ", "+recipe=tiny_cpu\n", "model=tiny", "sweep_tiny_cpu",
-            "--help", "--cfg", "launch-prepare")
+            "--help", "--cfg", "launch-prepare", "bench/megatron_lm_loop.py")
 # A benchmark a page shows (`.venv/bin/python bench/NAME.py ...`) runs with these options
 # appended (argparse keeps an option's last value): the same script and code path, a few steps.
 # A page that shows another benchmark fails its test until the script has its entry here.

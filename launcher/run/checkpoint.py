@@ -16,7 +16,8 @@ then writes `latest_checkpointed_iteration.txt`, as Megatron-LM does after its s
 `Checkpoints` is a run's side of it: the folder it saves into, what it saved there and what it
 resumed from. The checks that need no torch (which checkpoint to resume, is it complete and of
 this model, can the folder be written) are launcher.preflight.resume's, run in the `launch`
-process; a Megatron-LM checkpoint's model and world are checked here, from its args.
+process; a Megatron-LM checkpoint's model and world are checked from its args here, in the
+`launch` process too (check_megatron_lm_args), before any rank starts.
 """
 
 import os
@@ -24,11 +25,11 @@ import shutil
 
 from typing import Callable, List, Optional
 
-from launcher.config import Config
+from launcher.config import Config, ConfigError
 from launcher.files import write_text_atomic
 from launcher.preflight.fusions import Fusions
 from launcher.preflight.resume import MARKER, TRACKER, checkpoint_dir, is_legacy, iter_dir, \
-    vars_of
+    ranks, vars_of
 
 FORMAT = "fsdp_dtensor"
 SCHEDULER_COUNTS = ("lr_warmup_steps", "num_steps", "lr_decay_steps", "wd_incr_steps")
@@ -66,8 +67,6 @@ class Checkpoints:
         self.resumed_from = path
         if not path:
             return 0
-        if not os.path.exists(os.path.join(path, MARKER)):
-            check_megatron_lm_args(path, self.cfg)
         step = load(path, self.parts, self.cfg.train.global_batch_size)
         if self.rank == 0:
             print(f"[launch] resumed from {path}: continuing at step {step + 1}", flush=True)
@@ -116,31 +115,51 @@ MODEL_ARGS = (("num_layers", "num_layers"), ("hidden_size", "hidden_size"),
 another model is refused naming the first that differs."""
 
 
-def check_megatron_lm_args(path: str, cfg: Config) -> None:
-    """Collective. A Megatron-LM checkpoint's `args` against this run: the same model and the
-    same world, else a one-line refusal (CheckpointMismatch) naming what differs."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-
-    state = {"args": None}
-    dcp.load(state_dict=state, checkpoint_id=path)
-    saved = state["args"]
-    ours = {"world_size": torch.distributed.get_world_size(),
+def check_megatron_lm_args(path: Optional[str], cfg: Config, world_size: int) -> None:
+    """In the launch process, before any rank starts: a Megatron-LM checkpoint's `args` (read
+    without a process group) against this run, the same model and the same world, else a
+    one-line ConfigError naming what differs. A launcher checkpoint (launcher.json) was checked
+    by launcher.preflight.resume."""
+    if not path or os.path.exists(os.path.join(path, MARKER)):
+        return
+    saved = saved_args(path)
+    ours = {"world_size": world_size,
             "padded_vocab_size": cfg.model.padded_vocab_size(
                 cfg.parallel.tensor_model_parallel_size),
             "num_experts": cfg.model.moe.num_experts,
             **{theirs: getattr(cfg.model, mine) for theirs, mine in MODEL_ARGS}}
     for name, value in ours.items():
         held = getattr(saved, name, None)
-        if value and held and held != value:
-            key = "the world size" if name == "world_size" else f"--{name.replace('_', '-')}"
-            raise CheckpointMismatch(f"train.checkpoint.resume: {path} was saved by Megatron-LM "
-                                     f"with {key} {held}, this run has {value}; resume it with a "
-                                     "run of the same model and world")
+        if (value or held) and held != value:
+            if name == "world_size":
+                differs = f"on {ranks(held)}, and this run has {ranks(value)}"
+            else:
+                what = "a padded vocabulary of" if name == "padded_vocab_size" else \
+                    f"--{name.replace('_', '-')}"
+                differs = f"with {what} {held}, and this run has {value}"
+            raise ConfigError(f"train.checkpoint.resume: {path} was saved by Megatron-LM "
+                              f"{differs}; resume it with a run of the same model and world")
 
 
-class CheckpointMismatch(RuntimeError):
-    """A Megatron-LM checkpoint of another model or world: refused before anything loads."""
+def saved_args(path: str):
+    """The `args` a checkpoint holds, read without a process group (megatron's modules, which
+    unpickling them imports, say nothing on the console: the launch process prints one line)."""
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    state = {"args": None}
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            dcp.load(state_dict=state, checkpoint_id=path, no_dist=True)
+    finally:
+        logging.disable(logging.NOTSET)
+    return state["args"]
 
 
 def save(folder: str, step: int, parts: tuple, cfg: Config, extra: dict) -> str:

@@ -37,6 +37,7 @@ from launcher.run.failures import classify_failure, excerpt
 from launcher.preflight.support import check_device
 from launcher.run.worker import run_rank
 from launcher import summary as run_summary
+from launcher.run.checkpoint import check_megatron_lm_args
 from launcher.summary import RunFailure, RunSummary
 
 RDZV_ID = "mfsdp-launcher"  # the same on every node of a multi-node job, as torchrun's default
@@ -51,6 +52,7 @@ def free_port() -> int:
 def run(cfg: Config, run_dir: str, world: World, resume_from: Optional[str] = None) -> int:
     """Runs the job's ranks (or this one) in `world`, the pre-flight's; returns the exit code.
     ConfigError: refused input."""
+    check_megatron_lm_args(resume_from, cfg, world.size)
     starter = ranks.external_starter()
     if starter:
         return run_this_rank(cfg, run_dir, starter, resume_from)

@@ -76,3 +76,61 @@ def test_killed_run_resumes_with_the_same_loss_curve(tmp_path, recipe, ranks):
     assert all((c / "launcher.json").exists() and (c / ".metadata").exists() for c in complete)
     # Megatron-LM's tracker names the newest, as its --load reads it
     assert (run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text() == "10"
+
+
+def as_an_earlier_launcher_saved_it(ckpt: Path, global_batch: int) -> Path:
+    """`ckpt` (iter_NNNNNNN) rewritten as launchers before Megatron-LM's layout wrote it:
+    `step_NNNNNNN`, no args or FLOP count, its scheduler counting steps rather than samples (a
+    1-rank checkpoint, rewritten offline with torch's DCP format utilities)."""
+    import shutil
+
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save, torch_save_to_dcp
+
+    whole = ckpt.parent / "whole.pt"
+    dcp_to_torch_save(str(ckpt), str(whole))
+    state = torch.load(whole, weights_only=False)
+    del state["args"], state["num_floating_point_operations_so_far"]
+    for key in ("lr_warmup_steps", "num_steps", "lr_decay_steps", "wd_incr_steps"):
+        state["opt_param_scheduler"][key] //= global_batch
+    torch.save(state, whole)
+    legacy = ckpt.parent / ckpt.name.replace("iter_", "step_")
+    torch_save_to_dcp(str(whole), str(legacy))
+    shutil.copy(ckpt / "launcher.json", legacy / "launcher.json")
+    shutil.rmtree(ckpt)
+    (ckpt.parent / "latest_checkpointed_iteration.txt").unlink()
+    whole.unlink()
+    return legacy
+
+
+def test_an_earlier_launchers_checkpoint_still_resumes(tmp_path):
+    """A step_NNNNNNN checkpoint of an earlier launcher (its scheduler in steps) resumes with
+    train.checkpoint.resume=auto, and the run goes on as the uninterrupted one, bit for bit."""
+    import shutil
+
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+    cosine = ["train.lr_schedule=cosine", "train.lr_warmup_steps=2"]  # the counts matter
+    reference = tmp_path / "reference"
+    proc = subprocess.run(command(reference, 1, *cosine), capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(command(run_dir, 1, *cosine, "train.checkpoint.interval=4"),
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads((run_dir / "summary.json").read_text())["config"]
+    for later in (run_dir / "checkpoints").glob("iter_*"):
+        if later.name != "iter_0000004":
+            shutil.rmtree(later)
+    legacy = as_an_earlier_launcher_saved_it(run_dir / "checkpoints" / "iter_0000004",
+                                             config["train"]["global_batch_size"])
+    for done in ("metrics.jsonl", "summary.json"):
+        (run_dir / done).unlink()
+    proc = subprocess.run(command(run_dir, 1, *cosine, "train.checkpoint.resume=auto"),
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resumed from {legacy}: continuing at step 5" in proc.stdout
+    resumed, order = losses(run_dir)
+    expected, _ = losses(reference)
+    assert order == list(range(5, 11))
+    assert resumed == {step: expected[step] for step in range(5, 11)}

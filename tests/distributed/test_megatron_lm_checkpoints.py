@@ -30,14 +30,20 @@ CASES = [
 ]
 
 
-def apart(ours: list, theirs: dict, first: int) -> list:
-    """Steps first.. where the two sides' loss or gradient norm differ by more than REL."""
-    out = []
+def apart(ours: list, theirs: dict, first: int, title: str) -> list:
+    """Steps first.. where the two sides' loss or gradient norm differ by more than REL; the
+    table of both is printed (shown with pytest -s)."""
+    out = [f"{title}\n| step | loss, unmoved | loss, moved | rel. diff | grad norm rel. diff |",
+           "|---|---|---|---|---|"]
+    far = []
     for i, step in enumerate(ours):
-        for key in ("loss", "grad_norm"):
-            if relative(step[key], theirs[key][i]) > REL:
-                out.append(f"step {first + i} {key}: {step[key]!r} vs {theirs[key][i]!r}")
-    return out
+        diffs = {key: relative(step[key], theirs[key][i]) for key in ("loss", "grad_norm")}
+        out.append(f"| {first + i} | {step['loss']:.7f} | {theirs['loss'][i]:.7f} | "
+                   f"{diffs['loss']:.1e} | {diffs['grad_norm']:.1e} |")
+        far += [f"step {first + i} {key}: {step[key]!r} vs {theirs[key][i]!r}"
+                for key, diff in diffs.items() if diff > REL]
+    print("\n".join(out))
+    return far
 
 
 @pytest.mark.parametrize("nproc, overrides", CASES)
@@ -60,7 +66,8 @@ def test_a_run_moves_to_megatron_lm_and_back(corpus, env, tmp_path, nproc, overr
     megatron, stdout = run_megatron_lm(nproc, flags, True, env)
     assert f"successfully loaded checkpoint from {ours}" in stdout
     assert len(megatron["loss"]) == STEPS - SAVED
-    moved = apart(whole[SAVED:], megatron, SAVED + 1)
+    moved = apart(whole[SAVED:], megatron, SAVED + 1,
+                  f"{nproc} rank(s): Megatron-LM resumed the launcher's step {SAVED}")
     assert not moved, "Megatron-LM resuming the launcher's checkpoint: " + "; ".join(moved)
 
     # the launcher resumes Megatron-LM's step 3
@@ -78,6 +85,17 @@ def test_a_run_moves_to_megatron_lm_and_back(corpus, env, tmp_path, nproc, overr
     _, records = read_run(run_dir)
     back = [r for r in records if "loss" in r]
     assert [s["step"] for s in back] == list(range(SAVED + 1, STEPS + 1))
-    moved = apart(back, {k: [s[k] for s in whole[SAVED:]] for k in ("loss", "grad_norm")},
-                  SAVED + 1)
+    moved = apart(whole[SAVED:], {k: [s[k] for s in back] for k in ("loss", "grad_norm")},
+                  SAVED + 1, f"{nproc} rank(s): the launcher resumed Megatron-LM's step {SAVED}")
     assert not moved, "the launcher resuming Megatron-LM's checkpoint: " + "; ".join(moved)
+
+    # another model, or another world: refused in one line before any rank starts
+    for change, said in (("model.num_layers=3", "with --num-layers "),
+                         (f"runtime.nproc_per_node={3 - nproc}", f"on {nproc} rank")):
+        proc, run_dir = run_launch(tmp_path / "other", *overrides, change,
+                                   f"train.checkpoint.resume={theirs}/iter_{SAVED:07d}")
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+        assert lines[0].startswith(f"error: train.checkpoint.resume: {theirs}/iter_{SAVED:07d} "
+                                   f"was saved by Megatron-LM {said}"), lines
+        assert not (run_dir / "summary.json").exists()
