@@ -18,14 +18,16 @@ from launcher.config.fp8 import Fp8Config
 
 @dataclass
 class CheckpointConfig:
-    """Distributed checkpoints in Megatron-FSDP's fsdp_dtensor format (launcher/run/checkpoint.py)."""
+    """Distributed checkpoints in Megatron-FSDP's fsdp_dtensor format, Megatron-LM's layout
+    (launcher/run/checkpoint.py)."""
 
     interval: int = 0
     """Save every N steps, and at the last step; 0 saves nothing."""
     dir: Optional[str] = None
     """Where checkpoints go; null means <run dir>/checkpoints. Fix it to resume a killed run."""
     resume: Optional[str] = None
-    """null: start at step 1 | auto: the newest complete checkpoint in `dir`, if any | a path."""
+    """null: start at step 1 | auto: the newest complete checkpoint in `dir`, if any | a path:
+    a checkpoint (iter_NNNNNNN), or a folder of them (Megatron-LM's --save) for its newest."""
 
     def __post_init__(self):
         if self.interval < 0:

@@ -69,15 +69,18 @@ def find_resume(ckpt: CheckpointConfig, model: dict, world_size: int,
 
 
 def newest_in(folder: str, key: str) -> Optional[str]:
-    """The newest checkpoint in a directory of them: the one its tracker file names, else the
-    highest numbered; None where `folder` holds none (it may be a checkpoint itself)."""
+    """The newest checkpoint in a directory of them: the one its tracker file names, else (no
+    tracker, or its checkpoint removed since) the highest numbered; None where `folder` holds
+    none (it may be a checkpoint itself)."""
     tracker = Path(folder, TRACKER)
     if tracker.is_file():
         text = tracker.read_text().strip()
         if not text.isdigit():
             raise ConfigError(f"{key}: {tracker} holds {text!r}, not an iteration (release "
                               "checkpoints are not resumed); point it at an iter_NNNNNNN folder")
-        return str(Path(folder, f"iter_{int(text):07d}"))
+        named = Path(folder, f"iter_{int(text):07d}")
+        if named.is_dir():
+            return str(named)
     found = [p for p in Path(folder).glob("*") if PATTERN.fullmatch(p.name)
              or LEGACY.fullmatch(p.name)] if Path(folder).is_dir() else []
     return str(max(found, key=lambda p: int(p.name[5:]))) if found else None

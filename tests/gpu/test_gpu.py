@@ -84,13 +84,13 @@ def test_bf16_resume_is_exact(tmp_path):
     _, expected = read_run(reference)
     resumed_dir = tmp_path / "resumed" / "run"
     shutil.copytree(reference, resumed_dir)
-    for later in ("step_0000008", "step_0000010"):  # back to the checkpoint of step 4
+    for later in ("iter_0000008", "iter_0000010"):  # back to the checkpoint of step 4
         shutil.rmtree(resumed_dir / "checkpoints" / later)
     (resumed_dir / "summary.json").unlink()
     proc, _ = run_launch(tmp_path / "resumed", *common)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((resumed_dir / "summary.json").read_text())
-    assert summary["resumed_from"].endswith("step_0000004")
+    assert summary["resumed_from"].endswith("iter_0000004")
     _, steps = read_run(resumed_dir)
     assert [s["loss"] for s in steps] == [s["loss"] for s in expected]
 
