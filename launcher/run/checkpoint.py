@@ -222,6 +222,7 @@ def load(path: str, parts: tuple, global_batch_size: int) -> int:
     """Collective. Restores model, optimizer, scheduler and RNG; returns the saved step. An
     earlier launcher's checkpoint (step_NNNNNNN) counted the scheduler in steps: its counts are
     converted to samples, as this run's scheduler counts."""
+    import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
@@ -242,9 +243,35 @@ def load(path: str, parts: tuple, global_batch_size: int) -> int:
     saved = dict(state["opt_param_scheduler"])
     if is_legacy(path):
         saved.update({k: saved[k] * global_batch_size for k in SCHEDULER_COUNTS})
+    kept = schedule_kept(scheduler, saved, global_batch_size)
     scheduler.load_state_dict(saved)
+    if kept and torch.distributed.get_rank() == 0:
+        print(f"[launch] the learning-rate schedule continues as {path} saved it: {kept}",
+              flush=True)
     set_rng_state(state["rng_state"])
     return int(state["iteration"])
+
+
+SCHEDULE = {"lr_decay_steps": "decay over", "lr_warmup_steps": "warmup over",
+            "max_lr": "train.lr", "min_lr": "train.min_lr", "lr_decay_style": "train.lr_schedule"}
+
+
+def schedule_kept(scheduler, saved: dict, global_batch_size: int) -> str:
+    """What of this run's schedule the checkpoint's replaces ("" for nothing): megatron-core's
+    scheduler keeps a checkpoint's values by default (use_checkpoint_opt_param_scheduler), so a
+    resume that raises train.steps goes on decaying over the saved run's steps; said, not
+    silent."""
+    said = []
+    for key, name in SCHEDULE.items():
+        ours, theirs = getattr(scheduler, key), saved.get(key)
+        if theirs is None or ours == theirs:
+            continue
+        if key.endswith("_steps"):
+            said.append(f"{name} {theirs // global_batch_size} steps, not "
+                        f"{ours // global_batch_size}")
+        else:
+            said.append(f"{name}={theirs}, not {ours}")
+    return "; ".join(said)
 
 
 def module_paths(engine, model_state: dict) -> dict:
