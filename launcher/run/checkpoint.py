@@ -313,15 +313,13 @@ def prepare(state: dict, model, optimizer) -> dict:
     )
     from megatron.core.transformer.fsdp_dtensor_checkpoint import (
         handle_experts_in_state_dict, handle_fp8_extra_state_case, handle_gdn_in_state_dict,
-        handle_swiglu_in_state_dict,
     )
 
     engine = model.module
     state = dict(state, optimizer=fill_missing_optimizer_state(optimizer, state["optimizer"]))
     handle_fp8_extra_state_case(state["model"])  # drops the `._extra_state` (None) entries
     if model.config.gated_linear_unit:
-        state["model"], state["optimizer"] = handle_swiglu_in_state_dict(
-            engine, state["model"], state["optimizer"])
+        state["model"], state["optimizer"] = split_swiglu(model, state)
     state["model"], state["optimizer"] = handle_gdn_in_state_dict(
         engine, state["model"], state["optimizer"])
     if model.config.num_moe_experts:
@@ -329,6 +327,24 @@ def prepare(state: dict, model, optimizer) -> dict:
                                                       model.config.num_moe_experts)
     preprocess_state_dict_for_uneven_dtensor(state)  # collective: all_gather_object per DTensor
     return state
+
+
+def split_swiglu(model, state: dict) -> tuple:
+    """megatron-core's handle_swiglu_in_state_dict: linear_fc1 split into its _w and _v halves,
+    in the model and the optimizer state. It finds a model key's parameter at `module.{key}` of
+    the module it is given, and an optimizer key's at the key less its first `module.`: both
+    resolve from the engine under a bf16 GPT's Float16Module, which adds no level to the keys
+    (module_paths); an fp32 GPT has no such level, and its model keys resolve from the wrapper
+    (the engine's parent) while its optimizer keys resolve from the engine."""
+    from megatron.core.transformer.fsdp_dtensor_checkpoint import handle_swiglu_in_state_dict
+    from megatron.core.transformer.module import Float16Module
+
+    engine = model.module
+    if isinstance(engine.module, Float16Module):
+        return handle_swiglu_in_state_dict(engine, state["model"], state["optimizer"])
+    model_state, _ = handle_swiglu_in_state_dict(model, state["model"], None)
+    _, optimizer_state = handle_swiglu_in_state_dict(engine, {}, state["optimizer"])
+    return model_state, optimizer_state
 
 
 def fill_missing_optimizer_state(optimizer, optimizer_state: dict) -> dict:

@@ -19,7 +19,8 @@ LAUNCH = str(Path(sys.executable).parent / "launch")
 
 
 RECIPES = {"tiny_cpu": ["+recipe=tiny_cpu", "train.steps=10"], "gpt_tiny_bf16": GPT_TINY,
-           "moe_ep2": ["+recipe=moe_small_tiny_cpu", "train.steps=10"]}
+           "moe_ep2": ["+recipe=moe_small_tiny_cpu", "train.steps=10"],
+           "llama_fp32": ["+recipe=llama3_8b_tiny_cpu", "train.precision=fp32", "train.steps=10"]}
 
 
 def command(run_dir, ranks, *extra, recipe="tiny_cpu"):
@@ -38,7 +39,7 @@ def losses(run_dir):
 # expert indices, as Megatron-LM's preprocess_fsdp_dtensor_state_dict does)
 @pytest.mark.parametrize("recipe,ranks", [("tiny_cpu", 1),
                                           pytest.param("gpt_tiny_bf16", 2, marks=pytest.mark.quick),
-                                          ("moe_ep2", 2)])
+                                          ("moe_ep2", 2), ("llama_fp32", 1)])
 def test_killed_run_resumes_with_the_same_loss_curve(tmp_path, recipe, ranks):
     env = dict(os.environ, HOME=str(tmp_path / "home"))
     reference = tmp_path / "reference"
