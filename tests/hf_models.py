@@ -1,6 +1,7 @@
 """Tiny random Hugging Face models, made here with transformers (no hub): a Llama (GQA, untied,
 rope base 500000) and a Qwen3-MoE (4 experts, top 2, q/k norms), hidden 64, 2 layers, vocab
-256, saved with save_pretrained (safetensors)."""
+256, saved with save_pretrained (safetensors) in bf16, as published Llama and Qwen checkpoints
+are: a bf16 run's weights then start equal to them, and export gives them back exactly."""
 
 from pathlib import Path
 
@@ -13,7 +14,7 @@ QWEN3_MOE = dict(LLAMA, num_experts=4, num_experts_per_tok=2, moe_intermediate_s
 
 
 def save_tiny(kind: str, folder, **changes) -> Path:
-    """A tiny random `kind` (llama | qwen3_moe) model saved to `folder`, fp32, seed 0."""
+    """A tiny random `kind` (llama | qwen3_moe) model saved to `folder`, bf16, seed 0."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
@@ -21,6 +22,6 @@ def save_tiny(kind: str, folder, **changes) -> Path:
         "llama": (LlamaConfig, LlamaForCausalLM, LLAMA),
         "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM, QWEN3_MOE)}[kind]
     torch.manual_seed(0)
-    model = model_class(config_class(**dict(values, **changes))).float()
+    model = model_class(config_class(**dict(values, **changes))).to(torch.bfloat16)
     model.save_pretrained(str(folder))
     return Path(folder)
