@@ -99,3 +99,29 @@ def test_a_run_of_another_model_is_refused_before_any_rank(tmp_path, change, fie
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and field in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+IMPORT = ".venv/bin/launch-hf import llama_tiny_hf --recipe llama_hf --config-dir hf_conf"
+TRAIN = (".venv/bin/launch --config-dir hf_conf +recipe=llama_hf train.checkpoint.interval=10 "
+         "train.checkpoint.dir=llama_hf_ckpt")
+EXPORT = ".venv/bin/launch-hf export llama_hf_ckpt llama_hf_out"
+
+
+def test_the_docs_path_imports_trains_and_exports(doc_command, user_home):
+    """docs/checkpoints.md's commands, verbatim and in order: the export loads in transformers
+    and holds the trained weights (not the imported ones)."""
+    from conftest import doc_commands
+    from safetensors.torch import load_file
+
+    commands = doc_commands()
+    assert [IMPORT, TRAIN, EXPORT] == [c for c in commands if c in (IMPORT, TRAIN, EXPORT)]
+    for command in (IMPORT, TRAIN, EXPORT):
+        proc = doc_command(command)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        assert "Traceback" not in proc.stderr
+    out = user_home / "llama_hf_out"
+    trained = load_file(str(out / "model.safetensors"))
+    started = load_file(str(user_home / "llama_tiny_hf" / "model.safetensors"))
+    assert set(trained) == set(started)
+    assert not torch.equal(trained["lm_head.weight"], started["lm_head.weight"].float())
+    assert torch.isfinite(hf_logits(out, torch.arange(32).reshape(1, 32))).all()
