@@ -103,7 +103,8 @@ def moe_keys(hf: dict) -> dict:
     step, dense = hf.get("decoder_sparse_step", 1), set(hf.get("mlp_only_layers") or [])
     layers = hf["num_hidden_layers"]
     pattern = [int(i not in dense and (i + 1) % step == 0) for i in range(layers)]
-    return dict(num_experts=hf.get("num_experts", hf.get("num_local_experts")), router_topk=hf["num_experts_per_tok"],
+    experts = hf.get("num_experts", hf.get("num_local_experts"))  # transformers 5 saves the latter
+    return dict(num_experts=experts, router_topk=hf["num_experts_per_tok"],
                 ffn_hidden_size=hf["moe_intermediate_size"], shared_expert_ffn_hidden_size=None,
                 layer_freq=[] if all(pattern) else pattern, router_score_function="softmax",
                 aux_loss_coeff=float(hf.get("router_aux_loss_coef", 0.001)))

@@ -24,8 +24,8 @@ def find_checkpoint(path: str) -> Path:
     folder = Path(path)
     if (folder / MARKER).is_file():
         return folder
-    found = [p for p in folder.glob("*") if (p / MARKER).is_file() and (p / ".metadata").is_file()] \
-        if folder.is_dir() else []
+    found = [p for p in folder.glob("*") if folder.is_dir()
+             and (p / MARKER).is_file() and (p / ".metadata").is_file()]
     if not found:
         raise ConfigError(f"{path} is not a launcher checkpoint and holds none (no {MARKER}); "
                           "point at a checkpoint folder or the train.checkpoint.dir holding it")

@@ -23,7 +23,8 @@ Tensors = Dict[str, torch.Tensor]
 
 
 def qkv_in(q, k, v, groups: int, head_dim: int) -> torch.Tensor:
-    """[q; k; v] (Hugging Face) -> megatron's linear_qkv: per query group, its queries, key, value."""
+    """[q; k; v] (Hugging Face) -> megatron's linear_qkv: per query group, its queries, its key
+    and its value."""
     hidden = q.shape[-1]
     return torch.cat([q.reshape(groups, -1, hidden), k.reshape(groups, head_dim, hidden),
                       v.reshape(groups, head_dim, hidden)], dim=1).reshape(-1, hidden)
@@ -49,8 +50,9 @@ def mlp_names(model: ModelConfig, layer: int) -> Dict[str, str]:
                 f"{mg}.linear_fc2.weight": f"{hf}.down_proj.weight"}
     names = {f"{mg}.router.weight": f"{hf}.gate.weight"}
     for e in range(model.moe.num_experts):
-        names[f"{mg}.experts.local_experts.{e}.linear_fc1.weight"] = f"{hf}.experts.{e}.*_proj.weight"
-        names[f"{mg}.experts.local_experts.{e}.linear_fc2.weight"] = f"{hf}.experts.{e}.down_proj.weight"
+        expert, hf_expert = f"{mg}.experts.local_experts.{e}", f"{hf}.experts.{e}"
+        names[f"{expert}.linear_fc1.weight"] = f"{hf_expert}.*_proj.weight"
+        names[f"{expert}.linear_fc2.weight"] = f"{hf_expert}.down_proj.weight"
     return names
 
 
@@ -103,7 +105,8 @@ def to_hf(state: Tensors, model: ModelConfig) -> Tensors:
                 out[hf.replace("*", part)] = tensor.contiguous()
         elif "*" in hf:
             gate, up = weight.chunk(2)
-            out[hf.replace("*", "gate")], out[hf.replace("*", "up")] = gate.contiguous(), up.contiguous()
+            out[hf.replace("*", "gate")] = gate.contiguous()
+            out[hf.replace("*", "up")] = up.contiguous()
         elif key in ("embedding.word_embeddings.weight", "output_layer.weight"):
             out[hf] = weight[: model.vocab_size].contiguous()
         else:
