@@ -13,9 +13,8 @@ import torch
 
 from launcher.config import ConfigError, ModelConfig
 from launcher.config.hf import INSTALL, hf_config
+from launcher.preflight.resume import MARKER  # launcher.json
 from launcher.run.hf_weights import to_hf
-
-MARKER = "launcher.json"
 
 
 def find_checkpoint(path: str) -> Path:

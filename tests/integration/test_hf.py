@@ -46,8 +46,8 @@ def imported(request, tmp_path_factory):
     return request.param, folder, tmp / "conf"
 
 
-def test_the_launchers_logits_are_transformers(imported, tmp_path):
-    kind, folder, conf = imported
+def relative_logit_difference(kind: str, folder, conf, tmp_path) -> float:
+    """max |launcher's logits - transformers'| / max |transformers' logits|, fp32, 2 x 32 tokens."""
     tokens = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(1))
     torch.save(tokens, tmp_path / "tokens.pt")
     proc = subprocess.run([sys.executable, str(ROOT / "tests/integration/hf_logits.py"),
@@ -56,8 +56,29 @@ def test_the_launchers_logits_are_transformers(imported, tmp_path):
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ours, theirs = torch.load(tmp_path / "logits.pt"), hf_logits(folder, tokens)
-    relative = ((ours - theirs).abs().max() / theirs.abs().max()).item()
+    return ((ours - theirs).abs().max() / theirs.abs().max()).item()
+
+
+def test_the_launchers_logits_are_transformers(imported, tmp_path):
+    kind, folder, conf = imported
+    relative = relative_logit_difference(kind, folder, conf, tmp_path)
     print(f"{kind}: max |logit difference| / max |logit| = {relative:.2e}")
+    assert relative < 1e-5
+
+
+LLAMA31_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}
+
+
+@pytest.mark.parametrize("change", [{"tie_word_embeddings": True},
+                                    {"rope_parameters": LLAMA31_ROPE}], ids=["tied", "llama3.1"])
+def test_tied_embeddings_and_llama31_rope_give_transformers_logits(tmp_path, change):
+    folder = save_tiny("llama", tmp_path / "hf", **change)
+    assert launch_hf("import", folder, "--recipe", "llama", "--config-dir",
+                     tmp_path / "conf").returncode == 0
+    relative = relative_logit_difference("llama", folder, tmp_path / "conf", tmp_path)
+    print(f"llama {change}: max |logit difference| / max |logit| = {relative:.2e}")
     assert relative < 1e-5
 
 
