@@ -71,15 +71,30 @@ LLAMA31_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
                 "original_max_position_embeddings": 8192}
 
 
-@pytest.mark.parametrize("change", [{"tie_word_embeddings": True},
-                                    {"rope_parameters": LLAMA31_ROPE}], ids=["tied", "llama3.1"])
-def test_tied_embeddings_and_llama31_rope_give_transformers_logits(tmp_path, change):
-    folder = save_tiny("llama", tmp_path / "hf", **change)
-    assert launch_hf("import", folder, "--recipe", "llama", "--config-dir",
+@pytest.mark.parametrize("kind, change", [
+    ("llama", {"tie_word_embeddings": True}), ("llama", {"rope_parameters": LLAMA31_ROPE}),
+    ("qwen3_moe", {"mlp_only_layers": [0]})], ids=["tied", "llama3.1", "qwen3_moe-dense-first"])
+def test_tied_embeddings_rope_scaling_and_dense_layers_give_transformers_logits(tmp_path, kind,
+                                                                              change):
+    folder = save_tiny(kind, tmp_path / "hf", **change)
+    assert launch_hf("import", folder, "--recipe", kind, "--config-dir",
                      tmp_path / "conf").returncode == 0
-    relative = relative_logit_difference("llama", folder, tmp_path / "conf", tmp_path)
-    print(f"llama {change}: max |logit difference| / max |logit| = {relative:.2e}")
+    relative = relative_logit_difference(kind, folder, tmp_path / "conf", tmp_path)
+    print(f"{kind} {change}: max |logit difference| / max |logit| = {relative:.2e}")
     assert relative < 1e-5
+
+
+def test_without_the_hf_extra_the_launcher_imports_and_export_names_it():
+    """transformers and safetensors missing (blocked in sys.modules): every module imports, and
+    export refuses in one line naming the extra (megatron's own import warnings come before)."""
+    code = ("import sys; sys.modules['transformers'] = sys.modules['safetensors'] = None\n"
+            "import launcher.cli, launcher.run.build, launcher.run.hf_export\n"
+            "from launcher.hf_cli import main\nsys.exit(main(['export', 'ckpt', 'out']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == ("error: launch-hf export writes safetensors, which is not "
+                                   "installed; run pip install '.[hf]'")
 
 
 def test_a_run_exports_the_weights_it_started_from(imported, tmp_path):
