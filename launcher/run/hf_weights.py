@@ -12,7 +12,7 @@ Megatron-FSDP wrap (launcher.run.build); `to_hf` serves `launch-hf export`
 
 import json
 from pathlib import Path
-from typing import Callable, Dict, Iterable
+from typing import Callable, Dict
 
 import torch
 
@@ -76,22 +76,17 @@ def names(model: ModelConfig) -> Dict[str, str]:
     return out
 
 
-def to_megatron(get: Callable[[str], torch.Tensor], model: ModelConfig, padded_vocab: int,
-                keys: Iterable[str]) -> Tensors:
-    """The megatron tensors of `keys` from Hugging Face's (read by `get`)."""
-    hf_names, out = names(model), {}
-    for key in keys:
-        hf = hf_names[key]
-        if key.endswith("linear_qkv.weight"):
-            q, k, v = (get(hf.replace("*", part)) for part in "qkv")
-            out[key] = qkv_in(q, k, v, model.query_groups, model.head_channels)
-        elif "*" in hf:
-            out[key] = torch.cat([get(hf.replace("*", "gate")), get(hf.replace("*", "up"))])
-        elif key in ("embedding.word_embeddings.weight", "output_layer.weight"):
-            out[key] = pad_rows(get(hf), padded_vocab)
-        else:
-            out[key] = get(hf)
-    return out
+def to_megatron(get: Callable[[str], torch.Tensor], key: str, hf: str, model: ModelConfig,
+                padded_vocab: int) -> torch.Tensor:
+    """Megatron's tensor `key` from Hugging Face's `hf` (read by `get`; `*`: its parts)."""
+    if key.endswith("linear_qkv.weight"):
+        q, k, v = (get(hf.replace("*", part)) for part in "qkv")
+        return qkv_in(q, k, v, model.query_groups, model.head_channels)
+    if "*" in hf:
+        return torch.cat([get(hf.replace("*", "gate")), get(hf.replace("*", "up"))])
+    if key in ("embedding.word_embeddings.weight", "output_layer.weight"):
+        return pad_rows(get(hf), padded_vocab)
+    return get(hf)
 
 
 def to_hf(state: Tensors, model: ModelConfig) -> Tensors:
@@ -143,15 +138,16 @@ def reader(folder: str) -> Callable[[str], torch.Tensor]:
 def load(gpt, model: ModelConfig, folder: str, padded_vocab: int, first_expert: int) -> None:
     """Copies `folder`'s weights into the unwrapped GPT (in Float16Module or not) in place, each
     into its parameter's dtype; with expert parallelism, this rank's experts are the
-    `first_expert`.. ones. Every weight of the model is filled, or the load refuses."""
+    `first_expert`.. ones. Every weight of the model is filled, or the load refuses. One weight
+    is read at a time: a rank holds the model and one Hugging Face tensor, not two models."""
     module = getattr(gpt, "module", gpt)  # Float16Module holds the GPT as .module
     params = {k: v for k, v in module.state_dict(keep_vars=True).items()
               if not k.endswith("_extra_state")}
-    global_key = {k: expert_global(k, first_expert) for k in params}
-    tensors = to_megatron(reader(folder), model, padded_vocab, global_key.values())
+    get, hf_names = reader(folder), names(model)
     with torch.no_grad():
         for key, param in params.items():
-            tensor = tensors[global_key[key]]
+            tensor = to_megatron(get, key, hf_names[expert_global(key, first_expert)], model,
+                                 padded_vocab)
             if tensor.shape != param.shape:
                 raise RuntimeError(f"train.init_hf: {key} is {tuple(tensor.shape)} in {folder}, "
                                    f"{tuple(param.shape)} in the model")

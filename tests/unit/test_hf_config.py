@@ -119,3 +119,28 @@ def test_the_preflight_names_the_extra_when_safetensors_is_missing(tmp_path, mon
                         lambda name, *a: None if name == "safetensors" else real(name, *a))
     with pytest.raises(ConfigError, match=r"pip install '\.\[hf\]'"):
         hf.check_init_hf(cfg)
+
+
+def test_launch_hf_import_refuses_in_one_line(tmp_path, capsys):
+    from launcher.hf_cli import main
+
+    hf_dir = folder(tmp_path, LLAMA, hidden_act="gelu")
+    assert main(["import", hf_dir, "--recipe", "r", "--config-dir", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config.json: hidden_act=\"gelu\"") and err.count("\n") == 1
+    assert not (tmp_path / "c").exists()
+
+
+def test_launch_hf_import_writes_a_recipe_delta(tmp_path):
+    import yaml
+
+    from launcher.hf_cli import main
+
+    hf_dir = folder(tmp_path, QWEN)
+    assert main(["import", hf_dir, "--recipe", "q", "--config-dir", str(tmp_path / "c")]) == 0
+    text = (tmp_path / "c" / "recipe" / "q.yaml").read_text()
+    assert text.startswith("# @package _global_\n")
+    recipe = yaml.safe_load(text)
+    assert recipe["defaults"] == ["moe_small_tiny_cpu", "_self_"]
+    assert recipe["train"]["init_hf"] == str(tmp_path.resolve())
+    assert recipe["model"] == model_section(hf_dir)
