@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	# compat: the checkout itself on sys.path, so Hydra's plugin scan finds hydra_plugins/ in it
 	# (the default editable finder hides it from pkgutil, and the launch sweeper with it).
-	$(VENV)/bin/pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(VENV)/bin/pip install -q -e '.[test,hf]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -6,7 +6,7 @@ the one pre-flight, the world, what this installation can build) -> `estimate` (
 memory, FLOPs and time model) -> `run` (starting the ranks, and in each rank: build with
 megatron-core, train, measure, write) -> `sweep` (a grid's plan, its runs, results and report).
 `data` holds the datasets a rank reads and `launch-prepare`. `cli.py` is the thin entry point on
-top; `files.py` (files written whole), `notices.py` (the upstream notices not shown) and
+top, `hf_cli.py` the `launch-hf` one (Hugging Face models in and out); `files.py` (files written whole), `notices.py` (the upstream notices not shown) and
 `summary.py` (a run's summary.json) are the helpers every stage may use.
 Imports run one way, down that order: no stage imports one after it, `preflight` and `estimate`
 import no torch, and nothing here imports hydra_plugins (tests/unit/test_layout.py checks it).

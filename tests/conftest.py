@@ -107,7 +107,10 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parent.parent
 SETUP = ("make ", ".venv/bin/python -m pytest")  # the commands that make and test the .venv
 CPU_RUNS = ("+recipe=tiny_cpu ", "+recipe=tiny_cpu\n", "model=tiny", "sweep_tiny_cpu",
-            "--help", "--cfg", "launch-prepare", "bench/megatron_lm_loop.py")
+            "--help", "--cfg", "launch-prepare", "bench/megatron_lm_loop.py", "launch-hf ",
+            "+recipe=llama_hf ")
+# The Hugging Face model a page starts from, made where a command names it (tests/hf_models.py)
+HF_MODELS = {"llama_tiny_hf": "llama"}
 # A benchmark a page shows (`.venv/bin/python bench/NAME.py ...`) runs with these options
 # appended (argparse keeps an option's last value): the same script and code path, a few steps.
 # A page that shows another benchmark fails its test until the script has its entry here.
@@ -183,6 +186,11 @@ def doc_command(user_home):
 
     def run(command: str) -> subprocess.CompletedProcess:
         if command not in done:
+            for folder, kind in HF_MODELS.items():
+                if folder in command.split() and not (user_home / folder).exists():
+                    from hf_models import save_tiny
+
+                    save_tiny(kind, user_home / folder)
             env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
             env["HOME"] = str(user_home / "home")
             done[command] = subprocess.run(as_tested(command), cwd=user_home, env=env,

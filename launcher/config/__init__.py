@@ -10,7 +10,8 @@ world size; `error.py`: ConfigError; `values.py`: what any value may be beyond i
 bool only true or false, an int within its limit, a float finite), the enums of its vocabulary
 (`choices.py`), which keys act only under which (`effect.py`), the one-line explanation of
 Hydra's composition errors (`explain.py`), the composed config made typed (`convert.py`), and
-the configuration reference it generates (`reference.py`). It may import the standard library, omegaconf and hydra, and nothing else: no torch, no megatron, nothing from launcher's other stages.
+the configuration reference it generates (`reference.py`), and a Hugging Face model's
+config.json as a model section and back (`hf.py`). It may import the standard library, omegaconf and hydra, and nothing else: no torch, no megatron, nothing from launcher's other stages.
 Every other stage imports it.
 """
 

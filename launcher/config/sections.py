@@ -86,6 +86,11 @@ class TrainConfig:
     """Saving and resuming."""
     fp8: Fp8Config = field(default_factory=Fp8Config)
     """FP8 GEMMs (Transformer Engine), as Megatron-LM's --fp8-* flags."""
+    init_hf: Optional[str] = None
+    """A Hugging Face model folder (config.json, *.safetensors) whose weights the model starts
+    from, loaded on each rank before the M-FSDP wrap (launcher.run.hf_weights); the model
+    section must match its config.json (`launch-hf import` writes one that does). null: random
+    init. A resumed checkpoint's weights replace these."""
 
     @property
     def matmul_dtype(self) -> str:
@@ -101,6 +106,7 @@ class TrainConfig:
         for key in ("steps", "micro_batch_size", "global_batch_size"):
             positive(f"train.{key}", getattr(self, key))
         size_or_null("train.inject_nan_at_step", self.inject_nan_at_step)
+        text_or_null("train.init_hf", self.init_hf)
         if self.global_batch_size % self.micro_batch_size:
             raise ConfigError(
                 f"train.global_batch_size={self.global_batch_size} is not divisible by "

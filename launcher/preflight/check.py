@@ -16,6 +16,7 @@ from launcher.config import Config, ConfigError, DataKind, Device, World, check_
 from launcher.config.effect import check_effect, moot_notes
 from launcher.preflight import ranks, resume
 from launcher.preflight.environment import run_environment
+from launcher.preflight.hf import check_init_hf
 from launcher.preflight.destinations import check_folders, check_wandb_login
 from launcher.preflight.rendezvous import check_port_free
 from launcher.preflight.support import check_device, check_fp8_support, check_support
@@ -65,6 +66,7 @@ def preflight(cfg: Config, run_dir: Optional[str], swept: Optional[Sequence[str]
     if cfg.data.kind == DataKind.indexed:
         check_dataset(cfg)
     cfg = with_vocab(cfg)  # before anything compares the model section
+    check_init_hf(cfg)
     resume_from = check_checkpoints(cfg, world, run_dir)
     check_folders(cfg.logging, cfg.data)
     check_login(cfg)

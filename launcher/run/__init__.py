@@ -14,6 +14,7 @@ collective save and load, and a run's checkpoint folder); what a rank records, a
 (`record.py`, with `step_stats.py`: the step times' statistics) and writes (`outputs.py`: each
 per-step metric declared once, metrics.jsonl, wandb, TensorBoard), what the console shows
 (`console.py`); the classes a failure falls into (`failures.py`) and a rank's stack kept where a
-signal kills it (`crashes.py`). It may import `config`, `data`, `preflight`, `estimate` and
-`files`, never `sweep`.
+signal kills it (`crashes.py`); Hugging Face weights in and out of the GPT (`hf_weights.py`,
+loaded before the M-FSDP wrap) and `launch-hf export` (`hf_export.py`). It may import `config`,
+`data`, `preflight`, `estimate` and `files`, never `sweep`.
 """

@@ -200,12 +200,11 @@ def warm_up_fusions(megatron_lm_flags: list) -> None:
         global_vars.set_args(None)
 
 
-def build_model(model: ModelConfig, parallel: ParallelConfig, config: TransformerConfig,
-                ddp: DistributedDataParallelConfig, device: torch.device, wrapping_stream
-                ) -> FullyShardedDataParallel:
-    """The GPT wrapped in megatron-core's M-FSDP adapter on `wrapping_stream`
-    (launcher.run.graphs.wrapping_stream), with the bucket size Megatron-LM's get_model gives."""
-    gpt = gpt_model(model, parallel, config)
+def build_model(gpt, config: TransformerConfig, ddp: DistributedDataParallelConfig,
+                device: torch.device, wrapping_stream) -> FullyShardedDataParallel:
+    """The GPT (gpt_model, its weights set) wrapped in megatron-core's M-FSDP adapter on
+    `wrapping_stream` (launcher.run.graphs.wrapping_stream), with the bucket size Megatron-LM's
+    get_model gives."""
     resolve_bucket_size(ddp, gpt)
     with wrapping_stream:
         wrapped = FullyShardedDataParallel(config, ddp, gpt, device=device)
@@ -230,6 +229,17 @@ def gpt_model(model: ModelConfig, parallel: ParallelConfig, config: TransformerC
     if config.fp8:  # as get_model: before TE 2.0, .bfloat16() wrote FP8 weights' amax history
         correct_amax_history_if_needed([gpt])
     return gpt
+
+
+def load_hf(gpt, model: ModelConfig, parallel: ParallelConfig, folder: str) -> None:
+    """train.init_hf's weights into the unwrapped GPT: with expert parallelism, this rank's
+    slice of the experts (megatron's local experts are numbered from 0 on every rank)."""
+    from launcher.run import hf_weights
+
+    local = (model.moe.num_experts or 0) // parallel.expert_model_parallel_size
+    first = parallel_state.get_expert_model_parallel_rank() * local if model.moe.enabled else 0
+    hf_weights.load(gpt, model, folder, model.padded_vocab_size(
+        parallel.tensor_model_parallel_size), first)
 
 
 def resolve_bucket_size(ddp: DistributedDataParallelConfig, gpt) -> None:
@@ -312,8 +322,10 @@ def build_all(cfg: Config, fusions: Fusions, on_cpu: bool):
                                  on_cpu)
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
     ddp = ddp_config(cfg.fsdp, cfg.cuda_graph, cfg.train, on_cpu)
-    model = build_model(cfg.model, cfg.parallel, tconfig, ddp, device,
-                        graphs.wrapping_stream(cfg.cuda_graph))
+    gpt = gpt_model(cfg.model, cfg.parallel, tconfig)
+    if cfg.train.init_hf:  # whole tensors on every rank, before M-FSDP shards them
+        load_hf(gpt, cfg.model, cfg.parallel, cfg.train.init_hf)
+    model = build_model(gpt, tconfig, ddp, device, graphs.wrapping_stream(cfg.cuda_graph))
     optimizer, scheduler = build_optimizer(model, cfg.train, cfg.fsdp)
     tconfig.grad_scale_func = optimizer.scale_loss
     return model, optimizer, scheduler
