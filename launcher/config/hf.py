@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from launcher.config.error import ConfigError
+from launcher.config.values import dotted
 
 FAMILIES = ("llama", "qwen3_moe")
 # megatron-core's Llama-3.1 rope scaling (rotary_pos_embedding.py _apply_scaling) fixes all but
@@ -114,10 +115,10 @@ def check_model(model: dict, hf_dir: str, seq_length: int) -> None:
     """A run's model section (asdict, enums as values) against `hf_dir`'s config.json: the first
     key that differs is refused, naming both, before any rank starts."""
     hf, want = read_config(hf_dir), model_section(hf_dir)
-    for key, value in flatten(want).items():
+    for key, value in dotted(want).items():
         if key in TRAINING_KEYS:
             continue
-        have = flatten(model).get(key)
+        have = dotted(model).get(key)
         if have != value:
             raise ConfigError(f"train.init_hf: {hf_dir}/config.json gives model.{key}={value}, "
                               f"this run has model.{key}={have}; set model.{key}={value} (or "
@@ -126,16 +127,6 @@ def check_model(model: dict, hf_dir: str, seq_length: int) -> None:
     if limit and seq_length > limit:
         raise ConfigError(f"model.seq_length={seq_length} is beyond {hf_dir}'s "
                           f"max_position_embeddings={limit}; set model.seq_length <= {limit}")
-
-
-def flatten(section: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in section.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def hf_config(model: dict) -> dict:
@@ -148,7 +139,7 @@ def hf_config(model: dict) -> dict:
     if moe.get("shared_expert_ffn_hidden_size"):
         wants["moe.shared_expert_ffn_hidden_size"] = None
     for key, want in wants.items():
-        have = flatten(model).get(key)
+        have = dotted(model).get(key)
         if have != want:
             raise ConfigError(f"model.{key}={have} has no {family} config.json field; "
                               f"the export writes {family} models with model.{key}={want}")

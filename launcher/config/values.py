@@ -76,6 +76,17 @@ LIMITS = {
 }
 
 
+def dotted(tree: dict, prefix: str = "") -> dict:
+    """{fsdp: {prefetch_first_param_group: true}} -> {"fsdp.prefetch_first_param_group": true}."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def fields_of(schema, prefix: str = "") -> Iterator[Tuple[str, type]]:
     """(dotted key, type hint) of every leaf field of the dataclass `schema`, nested sections
     walked into."""

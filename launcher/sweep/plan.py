@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.config import ConfigError, SweepConfig
+from launcher.config.values import dotted
 from launcher.sweep.grid import (
     CellComposer, canonical, cell_id, compose_cell, expand_grid, swept_values,
 )
@@ -109,17 +110,6 @@ def build_plan(master: DictConfig, load, arguments: List[str], config_loader=Non
     return Plan(name, sweep_dir, keys, sweep.repeats, sweep.seed, baseline, group, cells,
                 sweep.tune, sweep.min_repeats, sweep.memory_limit_gib,
                 sweep.allow_numerics_change)
-
-
-def dotted(tree: dict, prefix: str = "") -> dict:
-    """{fsdp: {prefetch_first_param_group: true}} -> {"fsdp.prefetch_first_param_group": true}."""
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(dotted(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def pick_baseline(cells: List[Cell], keys: List[str], requested: dict,
