@@ -10,7 +10,8 @@ megatron-core's model, M-FSDP and optimizer (`build.py`), the rest of the rank's
 full-iteration CUDA graphs (`graphs.py`); what watches a step (`hooks.py`: the step hooks in their
 order), the first parameter group's all-gather counted and timed (`first_group.py`), a mixture of
 experts' routing (`experts.py`), the profiling window (`profile.py`), checkpoints (`checkpoint.py`:
-collective save and load, and a run's checkpoint folder); what a rank records, and rank 0's summary
+collective save and load, and a run's checkpoint folder, in Megatron-LM's layout;
+`megatron_lm_args.py`: the Megatron-LM `args` they hold, and a Megatron-LM checkpoint's checked); what a rank records, and rank 0's summary
 (`record.py`, with `step_stats.py`: the step times' statistics) and writes (`outputs.py`: each
 per-step metric declared once, metrics.jsonl, wandb, TensorBoard), what the console shows
 (`console.py`); the classes a failure falls into (`failures.py`) and a rank's stack kept where a

@@ -37,7 +37,7 @@ from launcher.run.failures import classify_failure, excerpt
 from launcher.preflight.support import check_device
 from launcher.run.worker import run_rank
 from launcher import summary as run_summary
-from launcher.run.checkpoint import check_megatron_lm_args
+from launcher.run.megatron_lm_args import check_megatron_lm_args
 from launcher.summary import RunFailure, RunSummary
 
 RDZV_ID = "mfsdp-launcher"  # the same on every node of a multi-node job, as torchrun's default

@@ -17,7 +17,8 @@ import torch
 
 from launcher.config import Config
 from launcher.run import build, experts, graphs, profile, rank_setup, record
-from launcher.run.checkpoint import Checkpoints, megatron_args
+from launcher.run.checkpoint import Checkpoints
+from launcher.run.megatron_lm_args import megatron_args
 from launcher.run.failures import classify_failure
 from launcher.run.first_group import FirstGroupProbe
 from launcher.run.forward import forward_step, mean_loss
